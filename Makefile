@@ -1,0 +1,31 @@
+# Two commands for a new user: `make train` and `make test`. Both create .venv on first use.
+# torch==2.13.0 (a CPU build) is installed before the project: an unpinned torch would pull a
+# CUDA build of several GB.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.hdppo-installed
+CONFIG ?= configs/default.yaml
+
+.PHONY: install train test test-fast bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/hdppo train $(CONFIG)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not learning"
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,69 @@
+"""Make environments from an id or a ``module:factory`` entry point, with errors that say the fix."""
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from hdppo.platform.errors import EnvError
+
+
+def resolve_entry_point(entry_point: str) -> Callable[..., Any]:
+    """Import ``package.module:attribute`` and return the attribute."""
+    module_name, _, attr = entry_point.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvError(f"env entry_point {entry_point!r}: cannot import module {module_name!r} ({exc}). "
+                       "Check the module path and that its package is installed in this environment.") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise EnvError(f"env entry_point {entry_point!r}: module {module_name!r} has no attribute {attr!r}.") from None
+
+
+def _unknown_id(env_id: str) -> EnvError:
+    ids = list(gym.registry.keys())
+    close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return EnvError(f"env id {env_id!r} is not registered with Gymnasium.{hint} Use a registered id "
+                    "(see gymnasium.pprint_registry()) or give env.entry_point: 'package.module:factory'.")
+
+
+def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
+                 kwargs: dict | None = None, max_episode_steps: int | None = None) -> gym.Env:
+    """One Gymnasium env. Raises :class:`EnvError` naming the id or entry point."""
+    kwargs = dict(kwargs or {})
+    name = env_id or entry_point
+    try:
+        if env_id is not None:
+            if env_id not in gym.registry:
+                # Some ids register on import of their package ("pkg/Env-v0" or "module:Env-v0").
+                if ":" not in env_id and "/" not in env_id:
+                    raise _unknown_id(env_id)
+            env = gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        else:
+            factory = resolve_entry_point(entry_point)  # type: ignore[arg-type]
+            env = factory(**kwargs)
+            if max_episode_steps is not None:
+                env = gym.wrappers.TimeLimit(env, max_episode_steps)
+    except EnvError:
+        raise
+    except gym.error.Error as exc:
+        if env_id is not None and ("not found" in str(exc) or "doesn't exist" in str(exc)):
+            raise _unknown_id(env_id) from None
+        raise EnvError(f"env {name!r} could not be made: {exc}") from None
+    except TypeError as exc:
+        raise EnvError(f"env {name!r} rejected its arguments ({exc}). Check env.kwargs in the config.") from None
+    except ImportError as exc:
+        raise EnvError(f"env {name!r} needs a package that is not installed ({exc}).") from None
+    if not isinstance(env, gym.Env):
+        raise EnvError(f"env {name!r}: the factory returned {type(env).__name__}, not a gymnasium.Env. "
+                       "Return a gymnasium.Env (wrap other APIs in an adapter).")
+    return env
+
+
+def env_name(env_id: str | None, entry_point: str | None) -> str:
+    return env_id or entry_point or "<env>"

@@ -1,0 +1,2 @@
+"""Hierarchy spec and runner (multi-layer hierarchies build on the single-layer engine)."""
+__all__: list[str] = []

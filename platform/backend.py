@@ -1,0 +1,77 @@
+"""Execution backends, chosen by one switch (``ray.backend``): Ray actors, or plain objects in
+this process. The group and trainer are written once against this small interface, so a test
+or a debugger can step through a whole update without a cluster."""
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+
+def deref(obj: Any) -> Any:
+    """The value behind an object reference (Ray), or the object itself (local)."""
+    return ray.get(obj) if isinstance(obj, ray.ObjectRef) else obj
+
+
+def call_service(service: Any, method: str, *args: Any) -> Any:
+    """Call the parameter service whether it is a Ray actor handle or a local object."""
+    if isinstance(service, ray.actor.ActorHandle):
+        return ray.get(getattr(service, method).remote(*args))
+    return getattr(service, method)(*args)
+
+
+class LocalBackend:
+    """Everything runs in this process, in order. Calls return values, not futures."""
+
+    name = "local"
+
+    def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None) -> Any:
+        return cls(*args)
+
+    def call(self, handle: Any, method: str, *args: Any) -> Any:
+        return getattr(handle, method)(*args)
+
+    def get(self, futures: Any) -> Any:
+        return futures
+
+    def wait_all(self, futures: list, timeout: float | None = None) -> bool:
+        return True
+
+    def put(self, obj: Any) -> Any:
+        return obj
+
+    def kill(self, handle: Any) -> None:
+        return None
+
+
+class RayBackend:
+    """Each object is a Ray actor declaring ``num_cpus``; calls return object references."""
+
+    name = "ray"
+
+    def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None) -> Any:
+        opts: dict[str, Any] = {"num_cpus": num_cpus if num_cpus is not None else 1}
+        if name:
+            opts["name"] = name
+        return ray.remote(cls).options(**opts).remote(*args)
+
+    def call(self, handle: Any, method: str, *args: Any) -> Any:
+        return getattr(handle, method).remote(*args)
+
+    def get(self, futures: Any) -> Any:
+        return ray.get(futures)
+
+    def wait_all(self, futures: list, timeout: float | None = None) -> bool:
+        """Wait without pulling the objects to this process; False if ``timeout`` ran out."""
+        ready, _ = ray.wait(futures, num_returns=len(futures), fetch_local=False, timeout=timeout)
+        return len(ready) == len(futures)
+
+    def put(self, obj: Any) -> Any:
+        return ray.put(obj)
+
+    def kill(self, handle: Any) -> None:
+        ray.kill(handle)
+
+
+def make_backend(name: str) -> LocalBackend | RayBackend:
+    return RayBackend() if name == "ray" else LocalBackend()

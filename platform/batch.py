@@ -1,0 +1,74 @@
+"""Typed batches: what a rollout produces and what the loss consumes (no string-key plumbing)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Batch:
+    """Flat samples ``[B, ...]``; ``obs`` is already normalised with the statistics used to act."""
+
+    obs: np.ndarray         # [B, obs_dim] float32
+    actions: np.ndarray     # [B, act_dim] float32 (indices for discrete spaces)
+    logp: np.ndarray        # [B] log-probability under the acting policy
+    values: np.ndarray      # [B] V(obs) under the acting policy
+    advantages: np.ndarray  # [B] GAE(lambda), not standardised
+    returns: np.ndarray     # [B] advantages + values: the value target
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    def take(self, idx: np.ndarray) -> "Batch":
+        return Batch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+    @staticmethod
+    def concat(batches: list["Batch"]) -> "Batch":
+        return Batch(**{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in fields(Batch)})
+
+    def to_torch(self) -> "TorchBatch":
+        return TorchBatch(**{f.name: torch.as_tensor(getattr(self, f.name)) for f in fields(self)})
+
+
+@dataclass
+class TorchBatch:
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logp: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+@dataclass
+class RolloutStats:
+    """What a worker reports with each rollout, besides the samples."""
+
+    worker: int
+    version: int                      # weights version that acted
+    env_steps: int
+    sample_s: float
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    obs_delta: Optional[dict] = None      # RunningStats state of new observations
+    reward_delta: Optional[dict] = None   # RunningStats state of returns (scope 'global')
+    adv_sum: float = 0.0
+    adv_sumsq: float = 0.0
+    raw_reward_mean: float = 0.0
+
+
+@dataclass
+class Rollout:
+    batch: Batch
+    stats: RolloutStats
+
+
+def advantage_moments(stats: list[RolloutStats]) -> tuple[float, float]:
+    """Mean and std of the advantages of the whole train batch from per-worker sums."""
+    n = sum(s.env_steps for s in stats)
+    mean = sum(s.adv_sum for s in stats) / n
+    var = max(sum(s.adv_sumsq for s in stats) / n - mean**2, 0.0)
+    return mean, float(np.sqrt(var))

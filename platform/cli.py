@@ -1,0 +1,116 @@
+"""The ``hdppo`` command: train, eval, check-env, schema.
+
+argparse (standard library) rather than click or typer: four subcommands need no dependency,
+and its ``--help`` is what users of RL tools already know.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+from hdppo.platform.errors import HdppoError
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from hdppo.platform.trainer import train_from_file
+
+    summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume)
+    run_dir = summary["run_dir"]
+    print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s; "
+          f"deterministic eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f}")
+    print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, checkpoints/)")
+    print(f"[hdppo] TensorBoard logs: {run_dir}/tb  ->  tensorboard --logdir {run_dir}/tb")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from hdppo.platform.checkpoint import latest_checkpoint, load_checkpoint
+    from hdppo.platform.config import load_config
+    from hdppo.platform.errors import CheckpointError
+    from hdppo.platform.evaluation import evaluate
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). Pass the folder `hdppo train` "
+                              "printed, e.g. runs/default.")
+    cfg = load_config(run_dir / "config.yaml")
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
+    state = load_checkpoint(ckpt)["groups"][cfg.layers[0].name]["learner"]
+    returns = evaluate(cfg, state, args.episodes, seed=args.seed)
+    result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns),
+              "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+    return 0
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    from hdppo.envs.check import check_target
+
+    report = check_target(args.target, steps=args.steps)
+    print(report)
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from hdppo.platform.config import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hdppo", description="Hierarchical multi-agent distributed PPO on Ray.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train from a YAML config")
+    t.add_argument("config", help="YAML config, e.g. configs/default.yaml")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set layers.0.ppo.lr=1e-4 (repeatable)")
+    t.add_argument("--run-dir", help="run folder (default runs/<name>)")
+    t.add_argument("--address", help="Ray address: 'auto' or host:port joins a cluster; default embedded local Ray")
+    t.add_argument("--resume", action="store_true", help="continue the run dir from its last checkpoint")
+    t.set_defaults(fn=_cmd_train)
+
+    e = sub.add_parser("eval", help="deterministic episodes with a run's last checkpoint")
+    e.add_argument("run_dir")
+    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--seed", type=int, default=None)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(fn=_cmd_eval)
+
+    c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")
+    c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")
+    c.add_argument("--steps", type=int, default=200)
+    c.set_defaults(fn=_cmd_check_env)
+
+    s = sub.add_parser("schema", help="print the JSON Schema of the config (for editors)")
+    s.set_defaults(fn=_cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except HdppoError as exc:
+        width = 100 if not sys.stderr.isatty() else min(os.get_terminal_size(2).columns, 100)
+        print(textwrap.fill(f"hdppo {args.command}: error: {exc}", width=width), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("hdppo: interrupted; the last checkpoint is intact (resume with --resume).", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

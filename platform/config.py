@@ -1,0 +1,271 @@
+"""Typed configuration, validated in one place.
+
+A YAML file is loaded, ``--set`` overrides are applied, and the result is validated into
+:class:`Config`. Unknown keys are rejected; every error names the file, the YAML path
+(``layers[0].ppo.clip``) and what would fix it.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hdppo.platform.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EnvConfig(_Strict):
+    """Which environment to train on."""
+
+    type: Literal["gymnasium"] = Field("gymnasium", description="Env API. Gymnasium single-agent envs.")
+    id: Optional[str] = Field(None, description="A registered Gymnasium id, e.g. 'Hopper-v5'.")
+    entry_point: Optional[str] = Field(
+        None, description="'package.module:factory', a callable returning the env; used instead of id.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the env or factory.")
+    max_episode_steps: Optional[int] = Field(None, ge=1, description="Truncate episodes at this length.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvConfig":
+        if (self.id is None) == (self.entry_point is None):
+            raise ValueError("give exactly one of 'id' (a registered env id) or 'entry_point' ('module:factory')")
+        if self.entry_point is not None and ":" not in self.entry_point:
+            raise ValueError(f"entry_point {self.entry_point!r} must look like 'package.module:factory'")
+        return self
+
+
+class PolicyConfig(_Strict):
+    """The layer's actor-critic network."""
+
+    hidden: list[int] = Field(default_factory=lambda: [64, 64], description="Hidden layer sizes of actor and critic.")
+    activation: Literal["tanh", "relu", "elu"] = Field("tanh", description="Hidden activation.")
+    init_log_std: float = Field(0.0, description="Initial log-std of a Gaussian (Box) policy.")
+
+    @field_validator("hidden")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(h < 1 for h in v):
+            raise ValueError("hidden must list at least one positive layer size, e.g. [64, 64]")
+        return v
+
+
+class PPOConfig(_Strict):
+    """PPO hyperparameters (defaults from the seed articles)."""
+
+    gamma: float = Field(0.99, ge=0.0, le=1.0, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda.")
+    clip: float = Field(0.2, gt=0.0, lt=1.0, description="Policy ratio clip.")
+    value_clip: Optional[float] = Field(0.2, gt=0.0, description="Value clip around the rollout values; null turns it off.")
+    vf_coeff: float = Field(0.5, ge=0.0, description="Value loss coefficient.")
+    entropy_coeff: float = Field(0.01, ge=0.0, description="Entropy coefficient at the start.")
+    entropy_coeff_final: float = Field(0.001, ge=0.0, description="Entropy coefficient at the end (linear decay).")
+    lr: float = Field(3e-4, gt=0.0, description="Adam learning rate at the start.")
+    lr_schedule: Literal["constant", "linear"] = Field("constant", description="'linear' anneals the lr to 0.")
+    max_grad_norm: Optional[float] = Field(0.5, gt=0.0, description="Global gradient-norm clip; null turns it off.")
+    num_epochs: int = Field(5, ge=1, description="SGD passes over each train batch.")
+    minibatch_size: int = Field(512, ge=1, description="Samples per SGD step.")
+    target_kl: Optional[float] = Field(None, gt=0.0, description="Stop the epochs early when approx KL exceeds this.")
+    normalize_advantages: bool = Field(True, description="Standardise advantages over the train batch.")
+
+
+class DPPOConfig(_Strict):
+    """The layer's DPPO group: its worker pool and how updates are computed."""
+
+    mode: Literal["central", "dppo"] = Field(
+        "central", description="'central': workers ship batches, the learner runs the epochs. "
+        "'dppo': workers compute gradients on their own shard, the learner averages them (Heess et al. 2017).")
+    num_workers: int = Field(8, ge=1, description="Rollout workers; capped at the CPUs Ray reports.")
+    num_envs_per_worker: int = Field(4, ge=1, description="Env copies each worker steps together.")
+    train_batch_size: int = Field(4000, ge=1, description="Env steps per update, over all workers.")
+    worker_cpus: Optional[float] = Field(None, gt=0.0, description="CPUs each worker declares to Ray; default shares the machine.")
+
+
+class NormalizationConfig(_Strict):
+    observation: bool = Field(True, description="Running mean/std observation normalization.")
+    reward: bool = Field(True, description="Scale rewards by the std of the discounted return.")
+    reward_scope: Literal["worker", "global"] = Field(
+        "worker", description="'worker': each worker keeps its own return statistics, never merged. "
+        "'global': merged across the pool like observation statistics.")
+    clip: float = Field(10.0, gt=0.0, description="Clip normalised observations and rewards to +-clip.")
+
+
+class LayerConfig(_Strict):
+    """One layer of the hierarchy, trained as its own DPPO group."""
+
+    name: str = Field("control", pattern=r"^[A-Za-z0-9_\-]+$", description="Layer name; also its TensorBoard run.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    dppo: DPPOConfig = Field(default_factory=DPPOConfig)
+    normalization: NormalizationConfig = Field(default_factory=NormalizationConfig)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "LayerConfig":
+        if self.ppo.minibatch_size > self.dppo.train_batch_size:
+            raise ValueError(f"ppo.minibatch_size ({self.ppo.minibatch_size}) must be <= "
+                             f"dppo.train_batch_size ({self.dppo.train_batch_size})")
+        return self
+
+
+class TrainConfig(_Strict):
+    total_env_steps: int = Field(100_000, ge=1, description="Stop after this many env steps.")
+    seed: int = Field(0, description="Seeds torch, numpy and the envs.")
+    checkpoint_every: int = Field(10, ge=1, description="Write a checkpoint every N updates (and at the end).")
+    eval_episodes: int = Field(10, ge=1, description="Deterministic episodes for the final evaluation.")
+    log_every_s: float = Field(10.0, gt=0.0, description="Seconds between plain progress lines without a TTY.")
+
+
+class RayConfig(_Strict):
+    address: Optional[str] = Field(None, description="null or 'local' starts an embedded Ray; 'auto' or host:port joins a cluster.")
+    num_cpus: Optional[int] = Field(None, ge=1, description="CPUs of the embedded Ray; default all.")
+    backend: Literal["ray", "local"] = Field(
+        "ray", description="'local' runs workers and learner in this process (debugging, tests).")
+
+
+class Config(_Strict):
+    """A training run: one env, a hierarchy of layers (top first), and how to train them."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.\-]+$", description="Run name; the run dir is runs/<name>.")
+    env: EnvConfig
+    layers: list[LayerConfig] = Field(default_factory=lambda: [LayerConfig()], description="Layers, top first.")
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, v: list[LayerConfig]) -> list[LayerConfig]:
+        if len(v) != 1:
+            raise ValueError(f"this version trains exactly one layer; got {len(v)}. "
+                             "Keep one entry under 'layers' (multi-layer hierarchies are not yet supported)")
+        return v
+
+
+# ----------------------------------------------------------------------------- loading
+
+def _loc_str(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top level>"
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class that owns the field at ``loc`` (for listing the allowed keys)."""
+    model: Any = Config
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        model = next((a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return None
+    return model
+
+
+def _explain(err: dict) -> str:
+    loc = tuple(err["loc"])
+    where = _loc_str(loc)
+    if err["type"] == "extra_forbidden":
+        model = _model_at(loc)
+        allowed = sorted(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        return f"{where}: unknown key.{hint} Allowed keys here: {', '.join(allowed)}."
+    if err["type"] == "missing":
+        return f"{where}: required field is missing."
+    msg = err["msg"].removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if isinstance(got, dict) or got is None else f" (got {json.dumps(got, default=str)})"
+    return f"{where}: {msg}{shown}."
+
+
+def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None:
+    """Set ``a.b.c`` in nested dicts/lists; a list step is an index or a layer ``name``."""
+    parts = dotted.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            idx = int(part) if part.isdigit() else next(
+                (j for j, item in enumerate(node) if isinstance(item, dict) and item.get("name") == part), None)
+            if idx is None or idx >= len(node):
+                raise ConfigError(f"{source} {dotted}: no list entry '{part}' at {'.'.join(parts[:i]) or 'top'}; "
+                                  f"use an index (0..{len(node) - 1}) or a layer name.")
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"{source} {dotted}: '{'.'.join(parts[:i])}' is a value, not a section.")
+        if last:
+            node[part] = value
+        else:
+            if part == "layers" and part not in node:
+                node[part] = [{}]
+            node = node.setdefault(part, {})
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``a.b=value`` with the value parsed as YAML (so numbers, bools, lists and null work)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set layers.0.ppo.lr=1e-4")
+    key, raw = text.split("=", 1)
+    try:
+        return key.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc}).") from None
+
+
+def validate(data: Any, source: str = "config") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys (name, env, layers, train, ray); "
+                          f"got {type(data).__name__}.")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        lines = [_explain(e) for e in exc.errors()]
+        raise ConfigError(f"{source} is invalid: " + " ".join(lines)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read, override and validate a YAML config. Raises :class:`ConfigError` naming the problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist. Pass a YAML file such as configs/default.yaml.")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
+    data = {} if data is None else data
+    for text in overrides or []:
+        key, value = parse_override(text)
+        if not isinstance(data, dict):
+            break
+        set_path(data, key, value)
+    return validate(data, source=str(path))
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def json_schema() -> dict:
+    return Config.model_json_schema()
+
+
+def rollout_length(layer: LayerConfig, num_workers: int) -> int:
+    """Steps per env per rollout so that all workers together fill ``train_batch_size``."""
+    return max(1, math.ceil(layer.dppo.train_batch_size / (num_workers * layer.dppo.num_envs_per_worker)))

@@ -1,0 +1,210 @@
+"""The learner of one DPPO group: owns the optimizer, merges normalizer statistics, publishes.
+
+Mode ``central``: :meth:`update_central` receives whole rollouts and runs the epochs.
+Mode ``dppo``: the group asks workers for gradients on their own shards and hands them to
+:meth:`apply_gradients`, which averages (by sample count) and steps (Heess et al. 2017,
+arXiv:1707.02286). Both paths go through :meth:`_step`, so clipping and schedules are shared.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hdppo.platform import metrics as M
+from hdppo.platform.backend import call_service, make_backend
+from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments
+from hdppo.platform.config import Config
+from hdppo.policies.networks import ActorCritic
+from hdppo.policies.normalizers import RunningStats
+from hdppo.policies.ppo_loss import explained_variance
+from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss
+from hdppo.policies.schedules import linear
+
+
+class Learner:
+    def __init__(self, cfg: Config, layer_index: int, obs_dim: int, action_space: gym.Space,
+                 service: Any, backend_name: str = "local", num_threads: int = 1):
+        torch.set_num_threads(num_threads)
+        torch.manual_seed(cfg.train.seed)
+        self.cfg = cfg
+        self.layer = cfg.layers[layer_index]
+        self.service = service
+        self._put = make_backend(backend_name).put
+        p = self.layer.policy
+        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std)
+        # eps=1e-5 as in the PPO2 baseline and CleanRL (PyTorch's default 1e-8 differs).
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.layer.ppo.lr, eps=1e-5)
+        self.obs_stats = RunningStats((obs_dim,))
+        self.reward_stats = RunningStats(())
+        self.version = 0
+        self.env_steps = 0
+        self.updates = 0
+        self._rng = np.random.default_rng(cfg.train.seed)
+        self.publish()
+
+    # -- publishing ----------------------------------------------------------------------------
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+
+    def publish(self) -> int:
+        """One ``put`` of this version's weights; the service keeps the reference."""
+        ref = self._put(self.weights())
+        call_service(self.service, "publish", self.layer.name, self.version, [ref],
+                     self.obs_stats.to_state(), self.reward_stats.to_state())
+        return self.version
+
+    # -- schedules -----------------------------------------------------------------------------
+    def progress(self) -> float:
+        return self.env_steps / self.cfg.train.total_env_steps
+
+    def coefficients(self) -> dict[str, float]:
+        p, prog = self.layer.ppo, self.progress()
+        lr = p.lr if p.lr_schedule == "constant" else linear(p.lr, 0.0, prog)
+        return {"lr": lr, "entropy_coeff": linear(p.entropy_coeff, p.entropy_coeff_final, prog)}
+
+    def _absorb(self, stats: list[RolloutStats]) -> None:
+        """Count the samples and merge the workers' normalizer deltas."""
+        for s in stats:
+            self.env_steps += s.env_steps
+            if s.obs_delta is not None:
+                self.obs_stats.merge(RunningStats.from_state(s.obs_delta))
+            if s.reward_delta is not None:
+                self.reward_stats.merge(RunningStats.from_state(s.reward_delta))
+
+    # -- the optimizer step shared by both modes ----------------------------------------------
+    def _step(self, grads: list[torch.Tensor], lr: float) -> float:
+        for g_param, g in zip(self.policy.parameters(), grads):
+            g_param.grad = g.clone()
+        norm = 0.0
+        if self.layer.ppo.max_grad_norm is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.layer.ppo.max_grad_norm))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        return norm
+
+    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float):
+        p = self.layer.ppo
+        return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
+                              vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages)
+
+    def gradient(self, batch: Batch, adv_mean: float, adv_std: float, entropy_coeff: float) -> list[torch.Tensor]:
+        """Gradient of the mean loss over ``batch`` without stepping (for tests and diagnostics)."""
+        return gradients(self.policy, self._loss(batch.to_torch(), adv_mean, adv_std, entropy_coeff).total)
+
+    # -- mode central --------------------------------------------------------------------------
+    def update_central(self, *rollouts: Rollout) -> dict[str, float]:
+        t0 = time.perf_counter()
+        stats = [r.stats for r in rollouts]
+        coefs = self.coefficients()
+        self._absorb(stats)
+        batch = Batch.concat([r.batch for r in rollouts])
+        adv_mean, adv_std = advantage_moments(stats)
+        tb = batch.to_torch()
+        n = len(batch)
+        k = max(1, round(n / self.layer.ppo.minibatch_size))
+        logs: list[dict[str, float]] = []
+        for _ in range(self.layer.ppo.num_epochs):
+            epoch_kl = []
+            for idx in np.array_split(self._rng.permutation(n), k):
+                mb = _take(tb, torch.as_tensor(idx))
+                terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"])
+                grad_norm = self._step(gradients(self.policy, terms.total), coefs["lr"])
+                logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
+                epoch_kl.append(float(terms.approx_kl))
+            if self._kl_exceeded(epoch_kl):
+                break
+        return self._finish(stats, logs, coefs, batch, time.perf_counter() - t0)
+
+    def _kl_exceeded(self, kls: list[float]) -> bool:
+        target = self.layer.ppo.target_kl
+        return target is not None and float(np.mean(kls)) > target
+
+    # -- mode dppo -----------------------------------------------------------------------------
+    def begin_dppo(self, *stats: RolloutStats) -> dict[str, Any]:
+        """Start an update from the workers' reports: the weights to differentiate at, the
+        whole-batch advantage moments, and the coefficients for this update."""
+        self._pending = (list(stats), self.coefficients(), time.perf_counter())
+        self._absorb(list(stats))
+        adv_mean, adv_std = advantage_moments(list(stats))
+        return {"weights": [self._put(self.weights())], "adv_mean": adv_mean, "adv_std": adv_std,
+                "entropy_coeff": self._pending[1]["entropy_coeff"], "logs": []}
+
+    def apply_gradients(self, *results: tuple[list[torch.Tensor], int, dict]) -> dict[str, Any]:
+        """Average the workers' gradients by sample count, step, and return the new weights."""
+        grads = average_gradients([r[0] for r in results], [r[1] for r in results])
+        norm = self._step(grads, self._pending[1]["lr"])
+        n = sum(r[1] for r in results)
+        info = {k: sum(r[2][k] * r[1] for r in results) / n for k in results[0][2]} | {"grad_norm": norm}
+        self._dppo_logs = getattr(self, "_dppo_logs", []) + [info]
+        return {"weights": [self._put(self.weights())], "approx_kl": info["approx_kl"]}
+
+    def end_dppo(self) -> dict[str, float]:
+        stats, coefs, t0 = self._pending
+        logs, self._dppo_logs = getattr(self, "_dppo_logs", []), []
+        return self._finish(stats, logs, coefs, None, time.perf_counter() - t0)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, batch: Batch | None,
+                update_s: float) -> dict[str, float]:
+        self.version += 1
+        self.updates += 1
+        self.publish()
+        out: dict[str, float] = {
+            M.LOSS_POLICY: _mean(logs, "policy"), M.LOSS_VALUE: _mean(logs, "value"),
+            M.LOSS_ENTROPY: _mean(logs, "entropy"), M.LOSS_APPROX_KL: _mean(logs, "approx_kl"),
+            M.LOSS_CLIPFRAC: _mean(logs, "clipfrac"), M.LOSS_GRAD_NORM: _mean(logs, "grad_norm"),
+            M.CHART_LR: coefs["lr"], M.CHART_ENTROPY_COEFF: coefs["entropy_coeff"],
+            M.PERF_UPDATE_S: update_s, M.PERF_SGD_STEPS: float(len(logs)),
+            M.CHART_REWARD_EXTRINSIC: float(np.mean([s.raw_reward_mean for s in stats])),
+        }
+        if batch is not None:
+            out[M.LOSS_EXPLAINED_VARIANCE] = explained_variance(torch.as_tensor(batch.values), torch.as_tensor(batch.returns))
+        returns = [r for s in stats for r in s.episode_returns]
+        lengths = [n for s in stats for n in s.episode_lengths]
+        if returns:
+            out[M.CHART_EPISODIC_RETURN] = float(np.mean(returns))
+            out[M.CHART_EPISODE_LENGTH] = float(np.mean(lengths))
+        out[M.CHART_EPISODES] = float(len(returns))
+        out["_env_steps"] = float(self.env_steps)
+        out["_version"] = float(self.version)
+        lags = [self.version - 1 - s.version for s in stats]
+        out[M.PERF_MAX_STALENESS] = float(max(lags)) if lags else 0.0
+        return out
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "obs_stats": self.obs_stats.to_state(), "reward_stats": self.reward_stats.to_state(),
+                "version": self.version, "env_steps": self.env_steps, "updates": self.updates,
+                "rng": self._rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+
+    def set_state(self, state: dict[str, Any]) -> int:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.obs_stats = RunningStats.from_state(state["obs_stats"])
+        self.reward_stats = RunningStats.from_state(state["reward_stats"])
+        self.version, self.env_steps, self.updates = state["version"], state["env_steps"], state["updates"]
+        self._rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        return self.publish()
+
+    def counters(self) -> dict[str, int]:
+        return {"version": self.version, "env_steps": self.env_steps, "updates": self.updates}
+
+
+def _take(tb, idx: torch.Tensor):
+    from hdppo.platform.batch import TorchBatch
+    return TorchBatch(*(getattr(tb, f)[idx] for f in ("obs", "actions", "logp", "values", "advantages", "returns")))
+
+
+def _terms_dict(terms) -> dict[str, float]:
+    return {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
+
+
+def _mean(logs: list[dict], key: str) -> float:
+    return float(np.mean([entry[key] for entry in logs])) if logs else float("nan")

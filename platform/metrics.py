@@ -1,0 +1,90 @@
+"""Metric names (constants, CleanRL's namespaces) and the writer: TensorBoard + metrics.jsonl.
+
+``tb/<layer>/`` is one TensorBoard run per layer, so layers overlay in one chart.
+``metrics.jsonl`` carries the same scalars, one ``{"step", "layer", "tag", "value", "time"}`` a line.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+CHART_EPISODIC_RETURN = "charts/episodic_return"
+CHART_EPISODE_LENGTH = "charts/episode_length"
+CHART_EPISODES = "charts/episodes"
+CHART_LR = "charts/learning_rate"
+CHART_ENTROPY_COEFF = "charts/entropy_coeff"
+CHART_REWARD_EXTRINSIC = "charts/reward_extrinsic"
+EVAL_RETURN_MEAN = "eval/return_mean"
+EVAL_RETURN_STD = "eval/return_std"
+LOSS_POLICY = "losses/policy"
+LOSS_VALUE = "losses/value"
+LOSS_ENTROPY = "losses/entropy"
+LOSS_APPROX_KL = "losses/approx_kl"
+LOSS_CLIPFRAC = "losses/clipfrac"
+LOSS_EXPLAINED_VARIANCE = "losses/explained_variance"
+LOSS_GRAD_NORM = "losses/grad_norm"
+PERF_ENV_STEPS_PER_S = "perf/env_steps_per_s"
+PERF_SAMPLE_S = "perf/sample_s"
+PERF_UPDATE_S = "perf/update_s"
+PERF_SGD_STEPS = "perf/sgd_steps"
+PERF_MAX_STALENESS = "perf/max_staleness"
+
+REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
+                 LOSS_APPROX_KL, LOSS_CLIPFRAC, LOSS_EXPLAINED_VARIANCE, PERF_ENV_STEPS_PER_S,
+                 PERF_SAMPLE_S, PERF_UPDATE_S)
+
+
+class MetricsWriter:
+    """Writes each scalar to the layer's TensorBoard run and to ``metrics.jsonl``."""
+
+    def __init__(self, run_dir: Path, layers: list[str]):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.run_dir = Path(run_dir)
+        self._tb = {name: SummaryWriter(str(self.run_dir / "tb" / name)) for name in layers}
+        self._jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+
+    def scalars(self, layer: str, step: int, values: dict[str, float]) -> None:
+        now = time.time()
+        for tag, value in values.items():
+            if tag.startswith("_") or value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            self._tb[layer].add_scalar(tag, value, step)
+            self._jsonl.write(json.dumps({"step": step, "layer": layer, "tag": tag, "value": float(value), "time": now}) + "\n")
+
+    def hyperparameters(self, layer: str, flat: dict[str, Any]) -> None:
+        """Hyperparameters at start, as a Markdown table in the layer's TEXT tab."""
+        rows = "\n".join(f"| {k} | {v} |" for k, v in flat.items())
+        self._tb[layer].add_text("hyperparameters", f"| key | value |\n|---|---|\n{rows}", 0)
+
+    def flush(self) -> None:
+        for w in self._tb.values():
+            w.flush()
+        self._jsonl.flush()
+
+    def close(self) -> None:
+        for w in self._tb.values():
+            w.close()
+        self._jsonl.close()
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= flatten(v, key + ".")
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                out |= flatten(x, f"{key}[{i}].")
+        else:
+            out[key] = v
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]

@@ -1,0 +1,118 @@
+"""Actor-critic networks for Box, Discrete and MultiDiscrete action spaces.
+
+Separate actor and critic MLPs with orthogonal initialisation (the choices CleanRL and
+"Implementation Matters" found to matter for PPO on MuJoCo). A Box action is a diagonal
+Gaussian with a state-independent log-std; the env receives it clipped to the bounds, while
+the loss uses the unclipped sample. Discrete is MultiDiscrete with one component.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def _layer(inp: int, out: int, gain: float) -> nn.Linear:
+    lin = nn.Linear(inp, out)
+    nn.init.orthogonal_(lin.weight, gain)
+    nn.init.zeros_(lin.bias)
+    return lin
+
+
+def mlp(inp: int, hidden: Sequence[int], out: int, activation: str, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [_layer(inp, h, math.sqrt(2)), _ACTIVATIONS[activation]()]
+        inp = h
+    layers.append(_layer(inp, out, out_gain))
+    return nn.Sequential(*layers)
+
+
+class ActionHead:
+    """How one action space turns network outputs into a distribution."""
+
+    def __init__(self, space: gym.Space):
+        if isinstance(space, gym.spaces.Box):
+            self.kind = "box"
+            self.dim = int(np.prod(space.shape))
+            self.low = np.asarray(space.low, np.float32).reshape(-1)
+            self.high = np.asarray(space.high, np.float32).reshape(-1)
+            self.shape = space.shape
+            self.nvec: list[int] = []
+            self.logits_dim = self.dim
+        elif isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            self.kind = "discrete" if isinstance(space, gym.spaces.Discrete) else "multidiscrete"
+            self.nvec = [int(space.n)] if self.kind == "discrete" else [int(n) for n in np.asarray(space.nvec).reshape(-1)]
+            self.start = (np.asarray([int(space.start)]) if self.kind == "discrete"
+                          else np.asarray(space.start).reshape(-1).astype(np.int64))
+            self.dim = len(self.nvec)
+            self.logits_dim = int(sum(self.nvec))
+            self.shape = space.shape
+        else:
+            raise TypeError(f"unsupported action space {space!r}: use Box, Discrete or MultiDiscrete")
+
+    def to_env(self, actions: np.ndarray) -> list:
+        """Network actions ``[N, dim]`` to what ``env.step`` takes, one per env."""
+        if self.kind == "box":
+            clipped = np.clip(actions, self.low, self.high)
+            return [a.reshape(self.shape) for a in clipped]
+        ints = actions.astype(np.int64) + self.start
+        if self.kind == "discrete":
+            return [int(a[0]) for a in ints]
+        return [a.reshape(self.shape) for a in ints]
+
+
+class ActorCritic(nn.Module):
+    """``obs [B, obs_dim]`` -> action distribution and value ``[B]``."""
+
+    def __init__(self, obs_dim: int, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", init_log_std: float = 0.0):
+        super().__init__()
+        self.head = ActionHead(action_space)
+        self.actor = mlp(obs_dim, hidden, self.head.logits_dim, activation, 0.01)
+        self.critic = mlp(obs_dim, hidden, 1, activation, 1.0)
+        if self.head.kind == "box":
+            self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def _dists(self, obs: torch.Tensor):
+        out = self.actor(obs)
+        if self.head.kind == "box":
+            return Normal(out, self.log_std.exp().expand_as(out))
+        return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
+
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability and entropy ``[B]`` of ``actions [B, dim]``."""
+        d = self._dists(obs)
+        if self.head.kind == "box":
+            return d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+        logp = sum(di.log_prob(actions[:, i].long()) for i, di in enumerate(d))
+        ent = sum(di.entropy() for di in d)
+        return logp, ent  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``."""
+        d = self._dists(obs)
+        if self.head.kind == "box":
+            a = d.mean if deterministic else d.sample()
+            logp = d.log_prob(a).sum(-1)
+        else:
+            parts = [di.probs.argmax(-1) if deterministic else di.sample() for di in d]
+            logp = sum(di.log_prob(p) for di, p in zip(d, parts))
+            a = torch.stack(parts, dim=-1).float()
+        v = self.value(obs)
+        return a.numpy(), logp.numpy(), v.numpy()  # type: ignore[union-attr]
+
+
+def flat_obs_dim(space: gym.Space) -> int:
+    return int(gym.spaces.flatdim(space))

@@ -1,0 +1,142 @@
+"""Running statistics for observation and reward normalization.
+
+Workers never share one mutable normalizer. Each keeps the pool's statistics as last published
+plus a *delta*: the statistics of the samples it has seen since. Deltas travel with batches;
+the learner merges them (Chan et al.'s parallel update, exact for mean and variance) and
+publishes the result with the next weights. Reward normalization is per worker by default:
+its return statistics stay on the worker and are never merged (``scope: worker``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class RunningStats:
+    """Mean and variance of a stream of vectors of shape ``shape``; ``count`` may be fractional."""
+
+    shape: tuple[int, ...] = ()
+    mean: np.ndarray = field(default=None)  # type: ignore[assignment]
+    var: np.ndarray = field(default=None)  # type: ignore[assignment]
+    count: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mean is None:
+            self.mean = np.zeros(self.shape, dtype=np.float64)
+        if self.var is None:
+            self.var = np.ones(self.shape, dtype=np.float64)
+
+    def update(self, x: np.ndarray) -> None:
+        """Add a batch ``[B, *shape]``."""
+        x = np.asarray(x, dtype=np.float64).reshape((-1,) + self.shape)
+        if x.shape[0] == 0:
+            return
+        self.merge(RunningStats(self.shape, x.mean(axis=0), x.var(axis=0), float(x.shape[0])))
+
+    def merge(self, other: "RunningStats") -> None:
+        """Combine with another stream's statistics (Chan, Golub, LeVeque 1979)."""
+        if other.count == 0:
+            return
+        if self.count == 0:
+            self.mean, self.var, self.count = other.mean.copy(), other.var.copy(), other.count
+            return
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        m2 = self.var * self.count + other.var * other.count + delta**2 * self.count * other.count / total
+        self.mean = self.mean + delta * other.count / total
+        self.var = m2 / total
+        self.count = total
+
+    def merged(self, other: "RunningStats") -> "RunningStats":
+        out = self.copy()
+        out.merge(other)
+        return out
+
+    def copy(self) -> "RunningStats":
+        return RunningStats(self.shape, self.mean.copy(), self.var.copy(), self.count)
+
+    def std(self, eps: float = 1e-8) -> np.ndarray:
+        return np.sqrt(self.var + eps)
+
+    def to_state(self) -> dict:
+        """Plain lists and floats: safe for ``torch.load(weights_only=True)`` and for JSON."""
+        return {"shape": list(self.shape), "mean": self.mean.tolist(), "var": self.var.tolist(), "count": float(self.count)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "RunningStats":
+        shape = tuple(state["shape"])
+        return cls(shape, np.asarray(state["mean"], np.float64).reshape(shape),
+                   np.asarray(state["var"], np.float64).reshape(shape), float(state["count"]))
+
+
+class ObservationNormalizer:
+    """Normalises with (published pool statistics + this worker's unsent delta), clipped."""
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, enabled: bool = True):
+        self.enabled = enabled
+        self.clip = clip
+        self.published = RunningStats(shape)
+        self.delta = RunningStats(shape)
+        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    def observe(self, obs: np.ndarray) -> None:
+        if self.enabled:
+            self.delta.update(obs)
+            self._cache = None
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return np.asarray(obs, dtype=np.float32)
+        if self._cache is None:
+            stats = self.published.merged(self.delta)
+            self._cache = (stats.mean, stats.std())
+        mean, std = self._cache
+        return np.clip((obs - mean) / std, -self.clip, self.clip).astype(np.float32)
+
+    def take_delta(self) -> RunningStats:
+        """Hand over the unsent statistics; they are then counted in the published ones."""
+        out = self.delta
+        self.published = self.published.merged(out)
+        self.delta = RunningStats(out.shape)
+        self._cache = None
+        return out
+
+    def set_published(self, stats: RunningStats) -> None:
+        self.published = stats.copy()
+        self._cache = None
+
+
+class RewardScaler:
+    """Scales rewards by the std of the discounted return, as in Engstrom et al. 2020
+    ("Implementation Matters", arXiv:2005.12729) and Gymnasium's NormalizeReward.
+
+    One per worker: ``returns`` holds each env's running discounted return.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, enabled: bool = True):
+        self.enabled = enabled
+        self.gamma = gamma
+        self.clip = clip
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.stats = RunningStats(())
+        self.delta = RunningStats(())  # for scope "global": the part not yet merged
+
+    def __call__(self, rewards: np.ndarray, episode_end: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return np.asarray(rewards, dtype=np.float32)
+        self.returns = self.returns * self.gamma + rewards
+        self.stats.update(self.returns)
+        self.delta.update(self.returns)
+        self.returns[episode_end] = 0.0
+        scaled = rewards / self.stats.std()
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    def take_delta(self) -> RunningStats:
+        out, self.delta = self.delta, RunningStats(())
+        return out
+
+    def set_published(self, stats: RunningStats) -> None:
+        """Scope ``global``: adopt the pool's merged return statistics."""
+        self.stats = stats.copy()

@@ -1,0 +1,89 @@
+"""The PPO objective (Schulman et al. 2017, arXiv:1707.06347) as small pure functions of tensors.
+
+Every function takes 1-D tensors of one minibatch (``[B]``) and returns scalars.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clipped surrogate loss (to minimise), fraction of clipped ratios, and approximate KL.
+
+    The KL estimate is Schulman's low-variance k3, ``(r - 1) - log r``
+    (http://joschu.net/blog/kl-approx.html), as CleanRL logs it.
+    """
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
+    loss = -surrogate.mean()
+    with torch.no_grad():
+        clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+    return loss, clipfrac, approx_kl
+
+
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """0.5 * squared error, pessimistically clipped around the rollout's values when ``clip`` is set.
+
+    Value clipping follows the PPO2 baseline: the new value may move at most ``clip`` from the
+    old one, and the larger of the two errors is used.
+    """
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+    clipped = (clipped_values - returns) ** 2
+    return 0.5 * torch.max(unclipped, clipped).mean()
+
+
+def normalize_advantages(adv: torch.Tensor, mean: float, std: float) -> torch.Tensor:
+    """Advantages standardised with statistics given by the caller (whole batch, not minibatch),
+    so that a gradient split across workers equals the gradient on the union of their data."""
+    return (adv - mean) / (std + 1e-8)
+
+
+@dataclass
+class LossTerms:
+    total: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+
+def ppo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip: float,
+    value_clip: float | None,
+    vf_coeff: float,
+    entropy_coeff: float,
+) -> LossTerms:
+    """Total loss = policy + vf_coeff * value - entropy_coeff * entropy (all minibatch means)."""
+    pg, clipfrac, kl = clipped_policy_loss(logp, old_logp, adv, clip)
+    vl = clipped_value_loss(values, old_values, returns, value_clip)
+    ent = entropy.mean()
+    total = pg + vf_coeff * vl - entropy_coeff * ent
+    return LossTerms(total, pg, vl, ent, kl, clipfrac)
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - pred] / Var[target]; nan when the target is constant."""
+    var_y = target.var()
+    if var_y.item() == 0:
+        return float("nan")
+    return float(1.0 - (target - pred).var() / var_y)

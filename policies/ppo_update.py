@@ -1,0 +1,36 @@
+"""The loss on one minibatch and its gradient: shared by the learner (mode ``central``) and the
+rollout workers (mode ``dppo``), so that both modes compute exactly the same thing."""
+from __future__ import annotations
+
+import torch
+
+from hdppo.policies.networks import ActorCritic
+from hdppo.policies.ppo_loss import LossTerms, normalize_advantages, ppo_loss
+
+
+def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
+                   value_clip: float | None, vf_coeff: float, entropy_coeff: float,
+                   normalize: bool = True) -> LossTerms:
+    """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples."""
+    logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions)
+    values = policy.value(mb.obs)
+    adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
+    return ppo_loss(logp, mb.logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
+                    value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff)
+
+
+def gradients(policy: ActorCritic, loss: torch.Tensor) -> list[torch.Tensor]:
+    """d loss / d parameters, one tensor per parameter (zeros where a parameter is unused)."""
+    params = list(policy.parameters())
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, grads)]
+
+
+def average_gradients(grads: list[list[torch.Tensor]], weights: list[float]) -> list[torch.Tensor]:
+    """Weighted mean of per-worker gradients; weights are normalised to sum to 1.
+
+    With weights = sample counts, the mean of per-shard mean-loss gradients equals the gradient
+    of the mean loss over the union of the shards.
+    """
+    total = float(sum(weights))
+    return [sum(w / total * g[i] for g, w in zip(grads, weights)) for i in range(len(grads[0]))]  # type: ignore[misc]
