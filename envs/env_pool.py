@@ -17,7 +17,7 @@ import numpy as np
 from hdppo.platform.errors import EnvError
 
 # How many steps after construction every observation is also checked against the space.
-# NaN/inf is checked on every step; ``space.contains`` is slower, so only at the start.
+# NaN/inf is checked on every step (one isfinite per observation); ``space.contains`` is slower, so only at the start.
 _SPACE_CHECK_STEPS = 64
 
 
@@ -50,6 +50,14 @@ class EnvPool:
         self.obs = np.stack([self._reset(i, seed + i) for i in range(num_envs)])
 
     def _flatten(self, obs, what: str, index: int) -> np.ndarray:
+        try:
+            finite = bool(np.isfinite(np.asarray(obs, dtype=np.float64)).all())
+        except (TypeError, ValueError):
+            finite = True  # structured observations: left to the space check below
+        if not finite:
+            raise EnvError(f"env {self.name!r} returned a non-finite observation (NaN or inf) from {what} "
+                           f"(copy {index}, step {self._steps}): {obs!r}. Fix the env (guard divisions, "
+                           "reset on blow-up) before training.")
         if self._steps < _SPACE_CHECK_STEPS and not self.observation_space.contains(obs):
             shape = getattr(obs, "shape", None)
             dtype = getattr(obs, "dtype", type(obs).__name__)
@@ -95,22 +103,15 @@ class EnvPool:
                 flat = self._reset(i)
             next_obs[i] = flat
         self._steps += 1
-        self._check_finite(next_obs, rewards, res.final_obs)
+        self._check_rewards(rewards)
         self.obs = next_obs
         return res
 
-    def _check_finite(self, obs: np.ndarray, rewards: np.ndarray, final_obs: dict) -> None:
+    def _check_rewards(self, rewards: np.ndarray) -> None:
         if not np.isfinite(rewards).all():
             bad = int(np.flatnonzero(~np.isfinite(rewards))[0])
             raise EnvError(f"env {self.name!r} returned a non-finite reward ({rewards[bad]}) at step {self._steps} "
                            f"(copy {bad}). Fix the env's reward, or clip it in a wrapper, before training.")
-        finals = np.stack(list(final_obs.values())) if final_obs else obs[:0]
-        for arr in (obs, finals):
-            if not np.isfinite(arr).all():
-                row, col = map(int, np.argwhere(~np.isfinite(arr))[0])
-                raise EnvError(f"env {self.name!r} returned a non-finite observation (element {col} is {arr[row, col]}) "
-                               f"at step {self._steps}. Fix the env (e.g. guard divisions, reset on blow-up) "
-                               "before training.")
 
     def close(self) -> None:
         for env in self.envs:

@@ -20,9 +20,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume)
     run_dir = summary["run_dir"]
-    print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s; "
-          f"deterministic eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f}")
-    print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, checkpoints/)")
+    ev = (f"; deterministic eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f}"
+          if "eval_return_mean" in summary else "")
+    print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s{ev}")
+    print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, summary.json, checkpoints/)")
     print(f"[hdppo] TensorBoard logs: {run_dir}/tb  ->  tensorboard --logdir {run_dir}/tb")
     return 0
 

@@ -117,7 +117,7 @@ class TrainConfig(_Strict):
     total_env_steps: int = Field(100_000, ge=1, description="Stop after this many env steps.")
     seed: int = Field(0, description="Seeds torch, numpy and the envs.")
     checkpoint_every: int = Field(10, ge=1, description="Write a checkpoint every N updates (and at the end).")
-    eval_episodes: int = Field(10, ge=1, description="Deterministic episodes for the final evaluation.")
+    eval_episodes: int = Field(10, ge=0, description="Deterministic episodes for the final evaluation; 0 skips it.")
     log_every_s: float = Field(10.0, gt=0.0, description="Seconds between plain progress lines without a TTY.")
 
 

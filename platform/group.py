@@ -55,6 +55,7 @@ class DPPOGroup:
                 f"({learner_cpus} CPUs) could not all be placed within {PLACEMENT_TIMEOUT_S}s on a cluster with "
                 f"{total_cpus} CPUs. Lower layers[].dppo.num_workers or dppo.worker_cpus, or add nodes.")
         backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
+        self._last_env_steps = float(self.counters()["env_steps"])
 
     def iteration(self) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -68,27 +69,31 @@ class DPPOGroup:
             sample_s = time.perf_counter() - t0
             out = self._dppo_update(stats)
         wall = time.perf_counter() - t0
-        steps = self.num_workers * self.layer.dppo.num_envs_per_worker * _rollout_len(self)
+        steps = out["_env_steps"] - self._last_env_steps
+        self._last_env_steps = out["_env_steps"]
         out[M.PERF_SAMPLE_S] = sample_s
         out[M.PERF_UPDATE_S] = wall - sample_s
         out[M.PERF_ENV_STEPS_PER_S] = steps / wall
         return out
 
     def _dppo_update(self, stats: list) -> dict[str, float]:
+        """Epochs x minibatches of (workers' gradients -> learner's averaged step).
+
+        Object references flow straight from one call to the next (the learner's new weights
+        into the workers' next gradient calls, their gradients into the learner), so the driver
+        does not wait on each step; it synchronises once per epoch, and only for the KL stop.
+        """
         b, p = self.backend, self.layer.ppo
         start = b.get(b.call(self.learner, "begin_dppo", *stats))
         n = sum(s.env_steps for s in stats)
         k = max(1, round(n / p.minibatch_size))
-        weights = start["weights"][0]
+        weights: Any = start["weights"][0]
         for epoch in range(p.num_epochs):
-            kls = []
             for mb in range(k):
                 grads = [b.call(w, "gradient", weights, epoch, mb, k, start["adv_mean"], start["adv_std"],
                                 start["entropy_coeff"]) for w in self.workers]
-                step = b.get(b.call(self.learner, "apply_gradients", *grads))
-                weights = step["weights"][0]
-                kls.append(step["approx_kl"])
-            if p.target_kl is not None and float(np.mean(kls)) > p.target_kl:
+                weights = b.call(self.learner, "apply_gradients", *grads)
+            if p.target_kl is not None and b.get(b.call(self.learner, "epoch_kl", k)) > p.target_kl:
                 break
         return b.get(b.call(self.learner, "end_dppo"))
 
@@ -100,6 +105,7 @@ class DPPOGroup:
     def set_state(self, state: dict[str, Any]) -> None:
         b = self.backend
         b.get(b.call(self.learner, "set_state", state["learner"]))
+        self._last_env_steps = float(state["learner"]["env_steps"])
         for w, ws in zip(self.workers, state["workers"]):
             b.get(b.call(w, "set_state", ws))
 
@@ -110,8 +116,3 @@ class DPPOGroup:
         for h in [self.learner, *self.workers]:
             self.backend.kill(h)
 
-
-def _rollout_len(group: DPPOGroup) -> int:
-    from hdppo.platform.config import rollout_length
-
-    return rollout_length(group.layer, group.num_workers)

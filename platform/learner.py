@@ -129,23 +129,29 @@ class Learner:
         """Start an update from the workers' reports: the weights to differentiate at, the
         whole-batch advantage moments, and the coefficients for this update."""
         self._pending = (list(stats), self.coefficients(), time.perf_counter())
+        self._dppo_logs: list[dict[str, float]] = []
         self._absorb(list(stats))
         adv_mean, adv_std = advantage_moments(list(stats))
         return {"weights": [self._put(self.weights())], "adv_mean": adv_mean, "adv_std": adv_std,
                 "entropy_coeff": self._pending[1]["entropy_coeff"], "logs": []}
 
-    def apply_gradients(self, *results: tuple[list[torch.Tensor], int, dict]) -> dict[str, Any]:
-        """Average the workers' gradients by sample count, step, and return the new weights."""
+    def apply_gradients(self, *results: tuple[list[torch.Tensor], int, dict]) -> dict[str, torch.Tensor]:
+        """Average the workers' gradients by sample count, step, and return the new weights
+        (on Ray, the return value is stored once and every worker reads that one object)."""
         grads = average_gradients([r[0] for r in results], [r[1] for r in results])
         norm = self._step(grads, self._pending[1]["lr"])
         n = sum(r[1] for r in results)
         info = {k: sum(r[2][k] * r[1] for r in results) / n for k in results[0][2]} | {"grad_norm": norm}
-        self._dppo_logs = getattr(self, "_dppo_logs", []) + [info]
-        return {"weights": [self._put(self.weights())], "approx_kl": info["approx_kl"]}
+        self._dppo_logs.append(info)
+        return self.weights()
+
+    def epoch_kl(self, steps_per_epoch: int) -> float:
+        """Mean approximate KL of the last epoch's steps (for the KL early stop)."""
+        return float(np.mean([log["approx_kl"] for log in self._dppo_logs[-steps_per_epoch:]]))
 
     def end_dppo(self) -> dict[str, float]:
         stats, coefs, t0 = self._pending
-        logs, self._dppo_logs = getattr(self, "_dppo_logs", []), []
+        logs, self._dppo_logs = self._dppo_logs, []
         return self._finish(stats, logs, coefs, None, time.perf_counter() - t0)
 
     # -- bookkeeping ---------------------------------------------------------------------------

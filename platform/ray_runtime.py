@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 import ray
 
@@ -15,6 +16,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
     ``address="local"`` is explicit on purpose: a plain ``ray.init()`` follows a stale
     ``/tmp/ray/ray_current_cluster`` file and tries to join a cluster that no longer runs.
     """
+    if address not in (None, "local", "auto"):
+        _probe(address)
     if ray.is_initialized():
         return float(ray.cluster_resources().get("CPU", 1))
     local = address in (None, "local")
@@ -33,3 +36,18 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
                "check the address, or drop --address to train on this machine.")
         raise RayStartError(f"could not start or reach {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. {fix}") from None
     return float(ray.cluster_resources().get("CPU", 1))
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes: ``ray.init`` retries an unreachable GCS for a long time."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return
+    except ValueError:
+        raise RayStartError(f"Ray address {address!r} is not host:port. Use 'auto' on a cluster node, "
+                            "host:port of the head node, or drop --address to train on this machine.") from None
+    except OSError as exc:
+        raise RayStartError(f"nothing answers at Ray address {address!r} ({exc.strerror or exc}). Start the head "
+                            "node with `ray start --head`, check the address and port, or drop --address to "
+                            "train on an embedded local Ray.") from None

@@ -5,6 +5,7 @@ Hooks instead of subclassing: pass ``hooks=[fn]``; each is called as
 """
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import time
@@ -151,14 +152,17 @@ class Trainer:
             progress.close()
             self.metrics.flush()
         wall = time.time() - t_start
-        state = self.group.get_state()["learner"]
-        eval_returns = evaluate(self.cfg, state, self.cfg.train.eval_episodes)
-        ev = {M.EVAL_RETURN_MEAN: float(np.mean(eval_returns)), M.EVAL_RETURN_STD: float(np.std(eval_returns))}
-        self.metrics.scalars(self.layer.name, steps, ev)
+        summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall,
+                                   "last_return": last_return, "run_dir": str(self.run_dir)}
+        if self.cfg.train.eval_episodes > 0:
+            state = self.group.get_state()["learner"]
+            returns = evaluate(self.cfg, state, self.cfg.train.eval_episodes)
+            ev = {M.EVAL_RETURN_MEAN: float(np.mean(returns)), M.EVAL_RETURN_STD: float(np.std(returns))}
+            self.metrics.scalars(self.layer.name, steps, ev)
+            summary |= {"eval_return_mean": ev[M.EVAL_RETURN_MEAN], "eval_return_std": ev[M.EVAL_RETURN_STD]}
         self.metrics.close()
-        return {"env_steps": steps, "updates": updates, "wall_s": wall, "last_return": last_return,
-                "eval_return_mean": ev[M.EVAL_RETURN_MEAN], "eval_return_std": ev[M.EVAL_RETURN_STD],
-                "run_dir": str(self.run_dir)}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
 
     def _cleanup_failed_start(self) -> None:
         """A run that failed before its first checkpoint leaves nothing behind."""
@@ -168,6 +172,8 @@ class Trainer:
     def shutdown(self) -> None:
         if self.group is not None:
             self.group.shutdown()
+            self.backend.kill(self.service)
+            self.group = None
 
 
 def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str | None = None,

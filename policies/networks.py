@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 
@@ -102,11 +103,14 @@ class ActorCritic(nn.Module):
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``."""
-        d = self._dists(obs)
         if self.head.kind == "box":
-            a = d.mean if deterministic else d.sample()
-            logp = d.log_prob(a).sum(-1)
+            # Written out rather than through torch.distributions.Normal: this runs once per env
+            # step in every worker, and the distribution object costs more than the maths.
+            mean, log_std = self.actor(obs), self.log_std
+            a = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+            logp = (-0.5 * ((a - mean) / log_std.exp()) ** 2 - log_std - _HALF_LOG_2PI).sum(-1)
         else:
+            d = self._dists(obs)
             parts = [di.probs.argmax(-1) if deterministic else di.sample() for di in d]
             logp = sum(di.log_prob(p) for di, p in zip(d, parts))
             a = torch.stack(parts, dim=-1).float()

@@ -79,33 +79,35 @@ class ObservationNormalizer:
         self.clip = clip
         self.published = RunningStats(shape)
         self.delta = RunningStats(shape)
-        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+        self.current = RunningStats(shape)  # published merged with delta, kept up to date
+        self._std: np.ndarray | None = None
 
     def observe(self, obs: np.ndarray) -> None:
         if self.enabled:
-            self.delta.update(obs)
-            self._cache = None
+            batch = np.asarray(obs, dtype=np.float64).reshape((-1,) + self.delta.shape)
+            part = RunningStats(self.delta.shape, batch.mean(axis=0), batch.var(axis=0), float(batch.shape[0]))
+            self.delta.merge(part)
+            self.current.merge(part)
+            self._std = None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return np.asarray(obs, dtype=np.float32)
-        if self._cache is None:
-            stats = self.published.merged(self.delta)
-            self._cache = (stats.mean, stats.std())
-        mean, std = self._cache
-        return np.clip((obs - mean) / std, -self.clip, self.clip).astype(np.float32)
+        if self._std is None:
+            self._std = self.current.std()
+        return np.clip((obs - self.current.mean) / self._std, -self.clip, self.clip).astype(np.float32)
 
     def take_delta(self) -> RunningStats:
         """Hand over the unsent statistics; they are then counted in the published ones."""
         out = self.delta
-        self.published = self.published.merged(out)
+        self.published = self.current.copy()
         self.delta = RunningStats(out.shape)
-        self._cache = None
         return out
 
     def set_published(self, stats: RunningStats) -> None:
         self.published = stats.copy()
-        self._cache = None
+        self.current = self.published.merged(self.delta)
+        self._std = None
 
 
 class RewardScaler:

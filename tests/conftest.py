@@ -1,0 +1,35 @@
+"""Shared fixtures: one embedded Ray for the whole session, scripted envs, tiny configs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def tiny_config(**over) -> dict:
+    """A CartPole config small enough for a unit test; ``over`` merges into the top level."""
+    cfg = {
+        "name": "tiny",
+        "env": {"id": "CartPole-v1"},
+        "layers": [{"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 2},
+                    "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 256}}],
+        "train": {"total_env_steps": 512, "checkpoint_every": 1, "eval_episodes": 1, "seed": 3},
+        "ray": {"backend": "local"},
+    }
+    for key, value in over.items():
+        cfg[key] = value if not isinstance(value, dict) else {**cfg.get(key, {}), **value}
+    return cfg

@@ -1,0 +1,89 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, tiny_config
+from hdppo.platform.config import Config, json_schema, load_config, validate
+from hdppo.platform.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_preset_loads_and_validates(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, Config)
+    assert cfg.layers and cfg.env
+
+
+def test_unknown_key_names_the_path_and_suggests(tmp_path):
+    p = write(tmp_path, "name: x\nenv: {id: CartPole-v1}\nlayers:\n  - ppo: {lrr: 0.1}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert str(p) in msg and "layers[0].ppo.lrr" in msg and "Did you mean 'lr'" in msg
+
+
+def test_bad_literal_lists_allowed_values(tmp_path):
+    p = write(tmp_path, "name: x\nenv: {id: CartPole-v1}\nlayers:\n  - dppo: {mode: fast}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "layers[0].dppo.mode" in str(e.value) and "'central'" in str(e.value) and "'dppo'" in str(e.value)
+
+
+def test_minibatch_larger_than_batch_is_rejected():
+    with pytest.raises(ConfigError, match=r"minibatch_size \(600\) must be <= dppo.train_batch_size \(500\)"):
+        validate({"name": "x", "env": {"id": "CartPole-v1"},
+                  "layers": [{"ppo": {"minibatch_size": 600}, "dppo": {"train_batch_size": 500}}]})
+
+
+def test_env_needs_exactly_one_source():
+    with pytest.raises(ConfigError, match="exactly one of 'id'"):
+        validate({"name": "x", "env": {}})
+    with pytest.raises(ConfigError, match="package.module:factory"):
+        validate({"name": "x", "env": {"entry_point": "nocolon"}})
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    p = write(tmp_path, "name: x\nenv: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config(p)
+
+
+def test_overrides_by_index_and_layer_name(tmp_path):
+    p = write(tmp_path, "name: x\nenv: {id: CartPole-v1}\nlayers:\n  - name: control\n")
+    cfg = load_config(p, ["layers.0.ppo.lr=1e-4", "layers.control.dppo.mode=dppo", "train.seed=7"])
+    assert cfg.layers[0].ppo.lr == pytest.approx(1e-4)
+    assert cfg.layers[0].dppo.mode == "dppo"
+    assert cfg.train.seed == 7
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        load_config(p, ["train.seed"])
+    with pytest.raises(ConfigError, match="no list entry 'strategy'"):
+        load_config(p, ["layers.strategy.ppo.lr=1"])
+
+
+def test_defaults_come_from_the_seed_articles():
+    cfg = validate({"name": "x", "env": {"id": "CartPole-v1"}})
+    layer = cfg.layers[0]
+    assert (layer.dppo.num_workers, layer.dppo.train_batch_size, layer.ppo.minibatch_size, layer.ppo.num_epochs) == (8, 4000, 512, 5)
+    assert (layer.ppo.gamma, layer.ppo.gae_lambda, layer.ppo.clip, layer.ppo.lr, layer.ppo.vf_coeff) == (0.99, 0.95, 0.2, 3e-4, 0.5)
+    assert (layer.ppo.entropy_coeff, layer.ppo.entropy_coeff_final) == (0.01, 0.001)
+    assert layer.normalization.reward_scope == "worker"
+
+
+def test_schema_is_json_and_documents_fields():
+    schema = json_schema()
+    json.dumps(schema)
+    assert "layers" in schema["properties"]
+    assert "description" in schema["$defs"]["PPOConfig"]["properties"]["clip"]
+
+
+def test_tiny_config_is_valid():
+    validate(tiny_config())

@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+
+from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
+from hdppo.policies.schedules import linear
+
+
+def test_merge_equals_statistics_of_all_data():
+    rng = np.random.default_rng(0)
+    a, b, c = rng.normal(1, 2, (50, 3)), rng.normal(-1, 0.5, (7, 3)), rng.normal(4, 3, (200, 3))
+    parts = [RunningStats((3,)) for _ in range(3)]
+    for p, x in zip(parts, (a, b, c)):
+        p.update(x)
+    total = RunningStats((3,))
+    for p in parts:
+        total.merge(p)
+    full = np.concatenate([a, b, c])
+    np.testing.assert_allclose(total.mean, full.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(total.var, full.var(0), rtol=1e-10)
+    assert total.count == len(full)
+
+
+def test_state_round_trip():
+    s = RunningStats((2,))
+    s.update(np.arange(10.0).reshape(5, 2))
+    t = RunningStats.from_state(s.to_state())
+    np.testing.assert_array_equal(s.mean, t.mean)
+    assert t.count == 5
+
+
+def test_observation_delta_is_handed_over_once():
+    norm = ObservationNormalizer((1,))
+    norm.observe(np.array([[1.0], [3.0]]))
+    delta = norm.take_delta()
+    assert delta.count == 2 and delta.mean[0] == pytest.approx(2.0)
+    assert norm.take_delta().count == 0  # nothing counted twice
+    assert norm.published.count == 2     # but still used for normalizing
+    pool = RunningStats((1,))
+    pool.update(np.array([[10.0]] * 4))
+    norm.set_published(pool)
+    norm.observe(np.array([[0.0]]))
+    out = norm(np.array([[10.0]]))
+    expected = pool.merged(norm.delta)
+    assert out[0, 0] == pytest.approx((10.0 - expected.mean[0]) / expected.std()[0], rel=1e-5)
+
+
+def test_reward_scaler_is_per_worker():
+    a = RewardScaler(1, gamma=0.99)
+    b = RewardScaler(1, gamma=0.99)
+    for _ in range(200):
+        a(np.array([10.0]), np.array([False]))
+        b(np.array([0.1]), np.array([False]))
+    # Each worker scales by its own return statistics: both end near the same magnitude.
+    ra = a(np.array([10.0]), np.array([False]))[0]
+    rb = b(np.array([0.1]), np.array([False]))[0]
+    assert ra == pytest.approx(rb, rel=0.05)
+    assert a.stats.mean != pytest.approx(b.stats.mean)
+
+
+def test_reward_scaler_resets_return_at_episode_end():
+    s = RewardScaler(2, gamma=1.0)
+    s(np.array([1.0, 1.0]), np.array([True, False]))
+    np.testing.assert_array_equal(s.returns, [0.0, 1.0])
+
+
+def test_linear_schedule():
+    assert linear(0.01, 0.001, 0.0) == pytest.approx(0.01)
+    assert linear(0.01, 0.001, 0.5) == pytest.approx(0.0055)
+    assert linear(0.01, 0.001, 1.0) == pytest.approx(0.001)
+    assert linear(0.01, 0.001, 7.0) == pytest.approx(0.001)

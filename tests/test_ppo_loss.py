@@ -1,0 +1,52 @@
+import math
+
+import pytest
+import torch
+
+from hdppo.policies.ppo_loss import clipped_policy_loss, clipped_value_loss, explained_variance, ppo_loss
+
+
+def test_clipped_objective_by_hand():
+    old = torch.zeros(4)
+    # ratios 1.5, 0.5, 1.1, 0.7 ; advantages +1, +1, -1, -1 ; clip 0.2
+    logp = torch.log(torch.tensor([1.5, 0.5, 1.1, 0.7]))
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    loss, clipfrac, kl = clipped_policy_loss(logp, old, adv, 0.2)
+    # min(r*A, clip(r)*A): 1.2, 0.5, -1.1, -0.8  -> mean 0.05 ; loss is the negative
+    assert loss.item() == pytest.approx(-(1.2 + 0.5 - 1.1 - 0.8) / 4)
+    assert clipfrac.item() == pytest.approx(0.75)  # 1.5, 0.5 and 0.7 are outside [0.8, 1.2]
+    expected_kl = sum((r - 1) - math.log(r) for r in (1.5, 0.5, 1.1, 0.7)) / 4
+    assert kl.item() == pytest.approx(expected_kl, rel=1e-5)
+
+
+def test_clipping_stops_the_gradient_beyond_the_trust_region():
+    logp = torch.log(torch.tensor([1.5])).requires_grad_()
+    loss, _, _ = clipped_policy_loss(logp, torch.zeros(1), torch.tensor([1.0]), 0.2)
+    loss.backward()
+    assert logp.grad.item() == 0.0
+
+
+def test_value_clipping_takes_the_pessimistic_error():
+    old = torch.tensor([0.0, 0.0])
+    values = torch.tensor([1.0, 0.1])
+    returns = torch.tensor([1.0, 1.0])
+    # first: unclipped err 0, clipped value 0.2 -> err 0.64 ; second: both 0.81
+    got = clipped_value_loss(values, old, returns, clip=0.2)
+    assert got.item() == pytest.approx(0.5 * (0.64 + 0.81) / 2)
+    assert clipped_value_loss(values, old, returns, clip=None).item() == pytest.approx(0.5 * (0 + 0.81) / 2)
+
+
+def test_total_loss_combines_terms():
+    z = torch.zeros(3)
+    terms = ppo_loss(z, z, torch.ones(3), torch.ones(3), z, torch.zeros(3), torch.full((3,), 2.0),
+                     clip=0.2, value_clip=None, vf_coeff=0.5, entropy_coeff=0.01)
+    assert terms.policy.item() == pytest.approx(-1.0)
+    assert terms.value.item() == pytest.approx(0.5)
+    assert terms.total.item() == pytest.approx(-1.0 + 0.5 * 0.5 - 0.01 * 2.0)
+
+
+def test_explained_variance():
+    y = torch.tensor([1.0, 2.0, 3.0])
+    assert explained_variance(y, y) == pytest.approx(1.0)
+    assert explained_variance(torch.zeros(3) + 2.0, y) == pytest.approx(0.0)
+    assert math.isnan(explained_variance(y, torch.ones(3)))
