@@ -57,6 +57,12 @@ class RolloutStats:
     reward_delta: Optional[dict] = None   # RunningStats state of returns (scope 'global')
     adv_sum: float = 0.0
     adv_sumsq: float = 0.0
+    # Sums of the value targets and of the residuals (target - value), and of their squares:
+    # enough to compute the batch's explained variance without the samples (mode dppo).
+    ret_sum: float = 0.0
+    ret_sumsq: float = 0.0
+    res_sum: float = 0.0
+    res_sumsq: float = 0.0
     raw_reward_mean: float = 0.0
 
 
@@ -72,3 +78,11 @@ def advantage_moments(stats: list[RolloutStats]) -> tuple[float, float]:
     mean = sum(s.adv_sum for s in stats) / n
     var = max(sum(s.adv_sumsq for s in stats) / n - mean**2, 0.0)
     return mean, float(np.sqrt(var))
+
+
+def explained_variance_of(stats: list[RolloutStats]) -> float:
+    """1 - Var[returns - values] / Var[returns] over the whole batch, from per-worker sums."""
+    n = sum(s.env_steps for s in stats)
+    var_ret = sum(s.ret_sumsq for s in stats) / n - (sum(s.ret_sum for s in stats) / n) ** 2
+    var_res = sum(s.res_sumsq for s in stats) / n - (sum(s.res_sum for s in stats) / n) ** 2
+    return float("nan") if var_ret <= 0 else 1.0 - var_res / var_ret

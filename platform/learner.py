@@ -16,11 +16,10 @@ import torch
 
 from hdppo.platform import metrics as M
 from hdppo.platform.backend import call_service, make_backend
-from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments
+from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from hdppo.platform.config import Config
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import RunningStats
-from hdppo.policies.ppo_loss import explained_variance
 from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss
 from hdppo.policies.schedules import linear
 
@@ -118,7 +117,7 @@ class Learner:
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
                 break
-        return self._finish(stats, logs, coefs, batch, time.perf_counter() - t0)
+        return self._finish(stats, logs, coefs, time.perf_counter() - t0)
 
     def _kl_exceeded(self, kls: list[float]) -> bool:
         target = self.layer.ppo.target_kl
@@ -152,11 +151,10 @@ class Learner:
     def end_dppo(self) -> dict[str, float]:
         stats, coefs, t0 = self._pending
         logs, self._dppo_logs = self._dppo_logs, []
-        return self._finish(stats, logs, coefs, None, time.perf_counter() - t0)
+        return self._finish(stats, logs, coefs, time.perf_counter() - t0)
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, batch: Batch | None,
-                update_s: float) -> dict[str, float]:
+    def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float) -> dict[str, float]:
         self.version += 1
         self.updates += 1
         self.publish()
@@ -168,8 +166,7 @@ class Learner:
             M.PERF_UPDATE_S: update_s, M.PERF_SGD_STEPS: float(len(logs)),
             M.CHART_REWARD_EXTRINSIC: float(np.mean([s.raw_reward_mean for s in stats])),
         }
-        if batch is not None:
-            out[M.LOSS_EXPLAINED_VARIANCE] = explained_variance(torch.as_tensor(batch.values), torch.as_tensor(batch.returns))
+        out[M.LOSS_EXPLAINED_VARIANCE] = explained_variance_of(stats)
         returns = [r for s in stats for r in s.episode_returns]
         lengths = [n for s in stats for n in s.episode_lengths]
         if returns:

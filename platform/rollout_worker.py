@@ -103,12 +103,16 @@ class RolloutWorker:
                       val_buf.reshape(-1), adv.reshape(-1), ret.reshape(-1))
         self._last = batch
         scope_global = self.layer.normalization.reward_scope == "global"
+        ret64 = batch.returns.astype(np.float64)
+        res64 = ret64 - batch.values
         stats = RolloutStats(
             worker=self.index, version=self.version, env_steps=T * N, sample_s=time.perf_counter() - t0,
             episode_returns=ep_returns, episode_lengths=ep_lengths,
             obs_delta=self.obs_norm.take_delta().to_state() if self.obs_norm.enabled else None,
             reward_delta=self.reward_scaler.take_delta().to_state() if scope_global else None,
             adv_sum=float(batch.advantages.sum()), adv_sumsq=float((batch.advantages.astype(np.float64) ** 2).sum()),
+            ret_sum=float(ret64.sum()), ret_sumsq=float((ret64**2).sum()),
+            res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
             raw_reward_mean=raw_reward_sum / (T * N))
         return Rollout(batch, stats)
 

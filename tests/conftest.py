@@ -31,5 +31,6 @@ def tiny_config(**over) -> dict:
         "ray": {"backend": "local"},
     }
     for key, value in over.items():
-        cfg[key] = value if not isinstance(value, dict) else {**cfg.get(key, {}), **value}
+        merge = isinstance(value, dict) and key != "env"  # an env is replaced whole (id vs entry_point)
+        cfg[key] = {**cfg.get(key, {}), **value} if merge else value
     return cfg

@@ -50,3 +50,19 @@ def test_explained_variance():
     assert explained_variance(y, y) == pytest.approx(1.0)
     assert explained_variance(torch.zeros(3) + 2.0, y) == pytest.approx(0.0)
     assert math.isnan(explained_variance(y, torch.ones(3)))
+
+
+def test_explained_variance_from_worker_sums_matches_direct():
+    import numpy as np
+
+    from hdppo.platform.batch import RolloutStats, explained_variance_of
+
+    rng = np.random.default_rng(0)
+    ret, val = rng.normal(size=100), rng.normal(size=100)
+    parts = []
+    for sl in (slice(0, 30), slice(30, 100)):
+        r, res = ret[sl], ret[sl] - val[sl]
+        parts.append(RolloutStats(0, 0, len(r), 0.0, ret_sum=r.sum(), ret_sumsq=(r**2).sum(),
+                                  res_sum=res.sum(), res_sumsq=(res**2).sum()))
+    direct = explained_variance(torch.as_tensor(val), torch.as_tensor(ret))
+    assert explained_variance_of(parts) == pytest.approx(direct, rel=1e-6)

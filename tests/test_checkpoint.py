@@ -1,0 +1,84 @@
+"""Checkpoints hold the whole state, are written atomically, and resume exactly."""
+import pickle
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from hdppo.platform.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from hdppo.platform.config import validate
+from hdppo.platform.errors import CheckpointError
+from hdppo.platform.trainer import Trainer
+
+
+def test_resume_restores_identical_weights_optimizer_and_counters(tmp_path):
+    cfg = validate(tiny_config())
+    first = Trainer(cfg, tmp_path / "run", quiet=True)
+    summary = first.train()
+    assert summary["env_steps"] == 512 and summary["updates"] == 2
+    saved = load_checkpoint(latest_checkpoint(tmp_path / "run"))
+    group_state = saved["groups"]["control"]
+
+    longer = validate(tiny_config(train={"total_env_steps": 1024}))
+    second = Trainer(longer, tmp_path / "run", resume=True, quiet=True)
+    second.setup()
+    now = second.group.get_state()
+    for k, v in group_state["learner"]["policy"].items():
+        assert torch.equal(now["learner"]["policy"][k], v)
+    assert now["learner"]["optimizer"]["state"][0]["step"] == group_state["learner"]["optimizer"]["state"][0]["step"]
+    for key in ("version", "env_steps", "updates", "obs_stats", "reward_stats", "rng"):
+        assert now["learner"][key] == group_state["learner"][key]
+    assert [w["reward_stats"] for w in now["workers"]] == [w["reward_stats"] for w in group_state["workers"]]
+    second.metrics.close()
+
+
+def test_resume_continues_counting(tmp_path):
+    Trainer(validate(tiny_config()), tmp_path / "run", quiet=True).train()
+    summary = Trainer(validate(tiny_config(train={"total_env_steps": 1024})), tmp_path / "run",
+                      resume=True, quiet=True).train()
+    assert summary["env_steps"] == 1024 and summary["updates"] == 4
+    assert latest_checkpoint(tmp_path / "run").name == "ckpt_0000004.pt"
+
+
+def test_existing_run_dir_needs_resume_and_resume_needs_a_checkpoint(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("x")
+    with pytest.raises(CheckpointError, match="already exists. Pass --resume"):
+        Trainer(validate(tiny_config()), tmp_path / "run", quiet=True).train()
+    with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
+        Trainer(validate(tiny_config()), tmp_path / "empty", resume=True, quiet=True).train()
+
+
+def test_atomic_save_leaves_no_temporary_and_keeps_the_last_three(tmp_path):
+    for i in range(5):
+        save_checkpoint(tmp_path, i, {"w": torch.ones(2) * i})
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == ["ckpt_0000002.pt", "ckpt_0000003.pt", "ckpt_0000004.pt"]
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.suffix == ".tmp"]
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path):
+    save_checkpoint(tmp_path, 1, {"w": torch.zeros(1)})
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        save_checkpoint(tmp_path, 2, {"w": Unpicklable()})
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt_0000001.pt"]
+
+
+def test_loading_never_unpickles_arbitrary_objects(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    path = tmp_path / "checkpoints" / "ckpt_0000001.pt"
+    path.parent.mkdir()
+    torch.save({"x": Evil()}, path, pickle_module=pickle)
+    with pytest.raises(CheckpointError, match="cannot be loaded safely"):
+        load_checkpoint(path)
+    path.write_bytes(b"truncated")
+    with pytest.raises(CheckpointError, match="delete it to fall back"):
+        load_checkpoint(path)
