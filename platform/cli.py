@@ -102,15 +102,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # As with `python -m`, modules in the current folder can be named as env entry points.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         return args.fn(args)
     except HdppoError as exc:
+        exc = _cause(exc)
         width = 100 if not sys.stderr.isatty() else min(os.get_terminal_size(2).columns, 100)
         print(textwrap.fill(f"hdppo {args.command}: error: {exc}", width=width), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("hdppo: interrupted; the last checkpoint is intact (resume with --resume).", file=sys.stderr)
         return 130
+
+
+def _cause(exc: HdppoError) -> HdppoError:
+    """An error raised inside a Ray actor arrives wrapped with the remote traceback; show its cause."""
+    import ray.exceptions
+
+    cause = getattr(exc, "cause", None) if isinstance(exc, ray.exceptions.RayError) else None
+    return cause if isinstance(cause, HdppoError) else exc
 
 
 if __name__ == "__main__":

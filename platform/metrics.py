@@ -68,7 +68,8 @@ class MetricsWriter:
     def close(self) -> None:
         for w in self._tb.values():
             w.close()
-        self._jsonl.close()
+        if not self._jsonl.closed:
+            self._jsonl.close()
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -25,6 +25,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
     if local:
         kwargs["address"] = "local"
         kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
+        # A user's env module next to their config ('my_envs:make') must import in the workers
+        # as it does in the driver. (On a cluster, install it or use a runtime_env working_dir.)
+        path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
     else:
         kwargs["address"] = address
     try:

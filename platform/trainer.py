@@ -121,10 +121,13 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Train until ``train.total_env_steps``; returns a summary (steps, last return, eval)."""
         try:
-            self.setup()
+            return self._train()
         except BaseException:
             self._cleanup_failed_start()
             raise
+
+    def _train(self) -> dict[str, Any]:
+        self.setup()
         assert self.group is not None
         counters = self.group.counters()
         steps, updates = counters["env_steps"], counters["updates"]
@@ -165,8 +168,11 @@ class Trainer:
         return summary
 
     def _cleanup_failed_start(self) -> None:
-        """A run that failed before its first checkpoint leaves nothing behind."""
+        """A new run that failed before its first checkpoint leaves nothing behind; one with a
+        checkpoint stays, to be continued with ``--resume``."""
         if self._created and not self._checkpointed and self.run_dir.exists():
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close()
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def shutdown(self) -> None:

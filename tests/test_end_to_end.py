@@ -86,9 +86,12 @@ def test_cli_errors_are_one_paragraph_non_zero_and_leave_nothing(tmp_path, args,
     assert not run_dir.exists()
 
 
-def test_nan_env_fails_cleanly_with_no_run_dir_left(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_nan_env_fails_cleanly_with_no_run_dir_left(tmp_path, backend):
+    """The env module sits in the working folder, as a user's would; in Ray it fails in a worker."""
     cfg = tmp_path / "c.yaml"
-    data = tiny_config(env={"entry_point": "scripted_envs:countdown", "kwargs": {"bad": "nan_obs"}})
+    data = tiny_config(env={"entry_point": "scripted_envs:countdown", "kwargs": {"bad": "nan_obs"}},
+                       ray={"backend": backend})
     cfg.write_text(json.dumps(data))
     out = run_cli("train", str(cfg), "--run-dir", str(tmp_path / "run"), cwd=ROOT / "tests")
     assert out.returncode == 2 and "non-finite observation" in out.stderr and "Traceback" not in out.stderr
