@@ -43,3 +43,43 @@ def countdown(**kwargs):
 
 def not_an_env():
     return object()
+
+
+class MultiChoiceEnv(gym.Env):
+    """MultiDiscrete([3, 2]) actions; reward 1 when the action equals (obs-coded) target."""
+
+    metadata = {"name": "multi_choice"}
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (5,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete([3, 2])
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        self.target = (int(self.np_random.integers(3)), int(self.np_random.integers(2)))
+        o = np.zeros(5, np.float32)
+        o[self.target[0]] = 1.0
+        o[3 + self.target[1]] = 1.0
+        return o
+
+    def step(self, action):
+        self.t += 1
+        reward = float(action[0] == self.target[0]) + float(action[1] == self.target[1])
+        return self._obs(), reward, False, self.t >= 20, {}
+
+
+def multi_choice():
+    return MultiChoiceEnv()
+
+
+def countdown_wrong_shape():
+    return gym.wrappers.TimeLimit(CountdownEnv(bad="wrong_shape"), 10)
+
+
+def countdown_nan():
+    return gym.wrappers.TimeLimit(CountdownEnv(bad="nan_obs"), 10)
