@@ -42,6 +42,9 @@ class TorchBatch:
     advantages: torch.Tensor
     returns: torch.Tensor
 
+    def take(self, idx: torch.Tensor) -> "TorchBatch":
+        return TorchBatch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
 
 @dataclass
 class RolloutStats:

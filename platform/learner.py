@@ -110,7 +110,7 @@ class Learner:
         for _ in range(self.layer.ppo.num_epochs):
             epoch_kl = []
             for idx in np.array_split(self._rng.permutation(n), k):
-                mb = _take(tb, torch.as_tensor(idx))
+                mb = tb.take(torch.as_tensor(idx))
                 terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"])
                 grad_norm = self._step(gradients(self.policy, terms.total), coefs["lr"])
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
@@ -198,11 +198,6 @@ class Learner:
 
     def counters(self) -> dict[str, int]:
         return {"version": self.version, "env_steps": self.env_steps, "updates": self.updates}
-
-
-def _take(tb, idx: torch.Tensor):
-    from hdppo.platform.batch import TorchBatch
-    return TorchBatch(*(getattr(tb, f)[idx] for f in ("obs", "actions", "logp", "values", "advantages", "returns")))
 
 
 def _terms_dict(terms) -> dict[str, float]:

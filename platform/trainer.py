@@ -88,6 +88,9 @@ class Trainer:
         self.service = service
         d = self.layer.dppo
         self.num_workers = max(1, min(d.num_workers, int(total_cpus))) if self.backend.name == "ray" else d.num_workers
+        if self.num_workers < d.num_workers and not self.quiet:
+            print(f"[hdppo] layer {self.layer.name!r}: {d.num_workers} workers asked, {self.num_workers} used "
+                  f"(capped at the {total_cpus:g} CPUs Ray reports)", flush=True)
         self.group = DPPOGroup(self.cfg, 0, self.backend, service, obs_dim, action_space, self.num_workers, total_cpus)
         if self.resume:
             ckpt = latest_checkpoint(self.run_dir)
