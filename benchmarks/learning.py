@@ -39,7 +39,7 @@ MD_HEADER = ("# Learning benchmarks\n\nDeterministic evaluation of finished hdpp
 
 def evaluate_run(run_dir: Path, episodes: int, seed: int | None = None) -> dict:
     """Deterministic returns of the run's latest checkpoint (as ``hdppo eval`` does it)."""
-    from hdppo.platform.checkpoint import latest_checkpoint, load_checkpoint
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
     from hdppo.platform.config import load_config
     from hdppo.platform.evaluation import evaluate
 
@@ -50,8 +50,9 @@ def evaluate_run(run_dir: Path, episodes: int, seed: int | None = None) -> dict:
     if ckpt is None:
         raise SystemExit(f"learning.py: {run_dir}/checkpoints holds no checkpoint")
     layer = cfg.layers[0].name
-    state = load_checkpoint(ckpt)["groups"][layer]["learner"]
-    returns = [float(r) for r in evaluate(cfg, state, episodes, seed=seed)]
+    states = learner_states(load_checkpoint(ckpt))
+    state = states[layer]
+    returns = [float(r) for r in evaluate(cfg, states, episodes, seed=seed)]
     return {"cfg": cfg, "layer": layer, "checkpoint": ckpt.name, "learner_env_steps": state.get("env_steps"),
             "returns": returns}
 

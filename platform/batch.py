@@ -18,6 +18,15 @@ class Batch:
     values: np.ndarray      # [B] V(obs) under the acting policy
     advantages: np.ndarray  # [B] GAE(lambda), not standardised
     returns: np.ndarray     # [B] advantages + values: the value target
+    masks: np.ndarray = None        # [B, logits] legal-action masks, or [B, 0] when the space has none
+    critic_obs: np.ndarray = None   # [B, state_dim] for a centralized critic, or [B, 0]
+
+    def __post_init__(self) -> None:
+        n = self.obs.shape[0]
+        if self.masks is None:
+            self.masks = np.zeros((n, 0), np.float32)
+        if self.critic_obs is None:
+            self.critic_obs = np.zeros((n, 0), np.float32)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -41,6 +50,8 @@ class TorchBatch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    masks: torch.Tensor
+    critic_obs: torch.Tensor
 
     def take(self, idx: torch.Tensor) -> "TorchBatch":
         return TorchBatch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
@@ -52,7 +63,7 @@ class RolloutStats:
 
     worker: int
     version: int                      # weights version that acted
-    env_steps: int
+    env_steps: int                    # env steps taken to collect the rollout
     sample_s: float
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
@@ -66,7 +77,15 @@ class RolloutStats:
     ret_sumsq: float = 0.0
     res_sum: float = 0.0
     res_sumsq: float = 0.0
-    raw_reward_mean: float = 0.0
+    raw_reward_mean: float = 0.0        # env reward per recorded transition (before normalization)
+    intrinsic_reward_mean: float = 0.0  # intrinsic reward per recorded transition
+    bonus_mean: float = 0.0             # exploration bonus per recorded transition
+    command_counts: Optional[list[int]] = None  # upper layers: how often each command was chosen
+    num_samples: int = -1               # transitions in the batch; -1: one per env step
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 0:
+            self.num_samples = self.env_steps
 
 
 @dataclass
@@ -77,7 +96,7 @@ class Rollout:
 
 def advantage_moments(stats: list[RolloutStats]) -> tuple[float, float]:
     """Mean and std of the advantages of the whole train batch from per-worker sums."""
-    n = sum(s.env_steps for s in stats)
+    n = sum(s.num_samples for s in stats)
     mean = sum(s.adv_sum for s in stats) / n
     var = max(sum(s.adv_sumsq for s in stats) / n - mean**2, 0.0)
     return mean, float(np.sqrt(var))
@@ -85,7 +104,7 @@ def advantage_moments(stats: list[RolloutStats]) -> tuple[float, float]:
 
 def explained_variance_of(stats: list[RolloutStats]) -> float:
     """1 - Var[returns - values] / Var[returns] over the whole batch, from per-worker sums."""
-    n = sum(s.env_steps for s in stats)
+    n = sum(s.num_samples for s in stats)
     var_ret = sum(s.ret_sumsq for s in stats) / n - (sum(s.ret_sum for s in stats) / n) ** 2
     var_res = sum(s.res_sumsq for s in stats) / n - (sum(s.res_sum for s in stats) / n) ** 2
     return float("nan") if var_ret <= 0 else 1.0 - var_res / var_ret

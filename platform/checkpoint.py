@@ -60,3 +60,26 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} cannot be loaded safely ({type(exc).__name__}: {exc}). "
                               "It may be truncated or not an hdppo checkpoint; delete it to fall back "
                               "to the previous one.") from None
+
+
+def learner_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every layer's learner state in a loaded checkpoint (trained groups and fixed layers)."""
+    out: dict[str, dict[str, Any]] = dict(state.get("fixed", {}))
+    for key, group in state["groups"].items():
+        if "learners" in group:
+            out.update(group["learners"])
+        else:  # format 1: one single-layer group, keyed by its layer
+            out[key] = group["learner"]
+    return out
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the latest checkpoint of a run dir."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    found = latest_checkpoint(p)
+    if found is None:
+        raise CheckpointError(f"{p} is neither a checkpoint file nor a run dir with checkpoints/. "
+                              "Give a path like runs/<name> or runs/<name>/checkpoints/ckpt_0000100.pt.")
+    return found

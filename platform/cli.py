@@ -31,7 +31,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from hdppo.platform.checkpoint import latest_checkpoint, load_checkpoint
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
     from hdppo.platform.config import load_config
     from hdppo.platform.errors import CheckpointError
     from hdppo.platform.evaluation import evaluate
@@ -44,8 +44,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
-    state = load_checkpoint(ckpt)["groups"][cfg.layers[0].name]["learner"]
-    returns = evaluate(cfg, state, args.episodes, seed=args.seed)
+    returns = evaluate(cfg, learner_states(load_checkpoint(ckpt)), args.episodes, seed=args.seed)
     result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns),
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns}
     if args.json:

@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -25,8 +25,11 @@ class _Strict(BaseModel):
 class EnvConfig(_Strict):
     """Which environment to train on."""
 
-    type: Literal["gymnasium"] = Field("gymnasium", description="Env API. Gymnasium single-agent envs.")
-    id: Optional[str] = Field(None, description="A registered Gymnasium id, e.g. 'Hopper-v5'.")
+    type: Literal["gymnasium", "pettingzoo", "rllib"] = Field(
+        "gymnasium", description="Env API: a Gymnasium env, a PettingZoo ParallelEnv or AECEnv, or an RLlib MultiAgentEnv.")
+    id: Optional[str] = Field(
+        None, description="A registered Gymnasium id ('Hopper-v5'), or for PettingZoo a module path "
+        "('pettingzoo.classic.tictactoe_v3', whose parallel_env() or env() is called).")
     entry_point: Optional[str] = Field(
         None, description="'package.module:factory', a callable returning the env; used instead of id.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the env or factory.")
@@ -47,6 +50,7 @@ class PolicyConfig(_Strict):
     hidden: list[int] = Field(default_factory=lambda: [64, 64], description="Hidden layer sizes of actor and critic.")
     activation: Literal["tanh", "relu", "elu"] = Field("tanh", description="Hidden activation.")
     init_log_std: float = Field(0.0, description="Initial log-std of a Gaussian (Box) policy.")
+    central_critic: bool = Field(False, description="MAPPO-style: the critic reads the env's global state().")
 
     @field_validator("hidden")
     @classmethod
@@ -96,10 +100,112 @@ class NormalizationConfig(_Strict):
     clip: float = Field(10.0, gt=0.0, description="Clip normalised observations and rewards to +-clip.")
 
 
+class SquadsSpec(_Strict):
+    squads: dict[str, list[str]] = Field(..., description="Squad name -> the env agents it commands.")
+
+
+class ObservationSpec(_Strict):
+    """What a layer's policy sees, before the command from above is appended."""
+
+    source: str = Field("env", description="'env': its agents' env observations (concatenated for a squad); "
+                        "'state': the env's global state(); or 'module:function' called as fn(env_obs, members, env).")
+    command: bool = Field(True, description="Append the command from the layer above (one-hot, or the Box goal).")
+    agent_id: bool = Field(False, description="Append a one-hot of the agent's index (parameter sharing with ids).")
+
+
+class ActionSpec(_Strict):
+    """'env' for the bottom layer; a command space for the layers above."""
+
+    type: Literal["env", "discrete", "multidiscrete", "box"] = Field("env", description="Action or command space.")
+    n: Optional[int] = Field(None, ge=2, description="discrete: number of commands.")
+    nvec: Optional[list[int]] = Field(None, description="multidiscrete: choices per component.")
+    low: Optional[list[float]] = Field(None, description="box: lower bounds of the goal vector.")
+    high: Optional[list[float]] = Field(None, description="box: upper bounds of the goal vector.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ActionSpec":
+        if self.type == "discrete" and self.n is None:
+            raise ValueError("a discrete command needs n (the number of commands), e.g. {type: discrete, n: 4}")
+        if self.type == "multidiscrete" and (not self.nvec or any(k < 2 for k in self.nvec)):
+            raise ValueError("a multidiscrete command needs nvec, each >= 2, e.g. {type: multidiscrete, nvec: [3, 2]}")
+        if self.type == "box":
+            if not self.low or not self.high or len(self.low) != len(self.high):
+                raise ValueError("a box command needs low and high lists of the same length")
+            if any(not (math.isfinite(lo) and math.isfinite(hi) and lo < hi) for lo, hi in zip(self.low, self.high)):
+                raise ValueError("a box command needs finite bounds with low < high")
+        return self
+
+    def command_dim(self) -> int:
+        """Width of the command as the layer below receives it."""
+        if self.type == "discrete":
+            return int(self.n)  # type: ignore[arg-type]
+        if self.type == "multidiscrete":
+            return int(sum(self.nvec))  # type: ignore[arg-type]
+        if self.type == "box":
+            return len(self.low)  # type: ignore[arg-type]
+        return 0
+
+
+class RewardSpec(_Strict):
+    """reward = env * (env reward of its agents, summed over the period) + intrinsic * intrinsic_fn."""
+
+    env: float = Field(1.0, description="Weight of the env reward.")
+    intrinsic: float = Field(0.0, description="Weight of the intrinsic reward.")
+    intrinsic_fn: Optional[str] = Field(
+        None, description="A named intrinsic reward (see hdppo.hierarchies.intrinsic) or 'module:function', "
+        "called as fn(command=, obs=, next_obs=, action=, info=) each env step.")
+    discount: Literal["smdp", "decision"] = Field(
+        "smdp", description="'smdp': sum of gamma^k r_k over the period and gamma^period between decisions "
+        "(the exact return). 'decision': plain sum over the period and gamma per decision.")
+
+    @model_validator(mode="after")
+    def _fn(self) -> "RewardSpec":
+        if self.intrinsic != 0.0 and not self.intrinsic_fn:
+            raise ValueError("an intrinsic weight needs intrinsic_fn (a name or 'module:function')")
+        return self
+
+
+class StartAfter(_Strict):
+    layer: str = Field(..., description="The layer whose progress gates this one.")
+    env_steps: Optional[int] = Field(None, ge=0, description="Start once that layer's group has sampled this many env steps.")
+    mean_return: Optional[float] = Field(None, description="Start once that layer's mean episodic return reaches this.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "StartAfter":
+        if self.env_steps is None and self.mean_return is None:
+            raise ValueError("start_after needs env_steps or mean_return")
+        return self
+
+
+class ScheduleSpec(_Strict):
+    mode: Literal["train", "frozen"] = Field("train", description="'frozen' acts with fixed weights and never updates.")
+    checkpoint: Optional[str] = Field(
+        None, description="Load this layer's weights and normalizer from a run dir or checkpoint file at start.")
+    start_after: Optional[StartAfter] = Field(None, description="Staged start; omitted: trains from the start.")
+
+
+class ExplorationSpec(_Strict):
+    type: Literal["none", "count"] = Field(
+        "none", description="Exploration bonus added to the reward: 'count' (SimHash counts per worker). "
+        "RND is planned, not yet available.")
+    coeff: float = Field(0.01, ge=0.0, description="Bonus coefficient at the start.")
+    coeff_final: float = Field(0.0, ge=0.0, description="Bonus coefficient at the end (linear decay).")
+    hash_bits: int = Field(16, ge=4, le=64, description="count: SimHash bits per state.")
+
+
 class LayerConfig(_Strict):
     """One layer of the hierarchy, trained as its own DPPO group."""
 
     name: str = Field("control", pattern=r"^[A-Za-z0-9_\-]+$", description="Layer name; also its TensorBoard run.")
+    period: int = Field(1, ge=1, description="Acts every `period` steps of the layer below; the bottom layer's is 1.")
+    agents: Union[Literal["all"], list[str], SquadsSpec] = Field(
+        "all", description="'all', a list of env agents (one agent of this layer commands them), or {squads: {...}}. "
+        "The bottom layer controls each of its env agents separately, with shared parameters.")
+    observation: ObservationSpec = Field(default_factory=ObservationSpec)
+    action: ActionSpec = Field(default_factory=ActionSpec)
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    exploration: ExplorationSpec = Field(default_factory=ExplorationSpec)
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     dppo: DPPOConfig = Field(default_factory=DPPOConfig)
@@ -137,13 +243,76 @@ class Config(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 
-    @field_validator("layers")
-    @classmethod
-    def _layers(cls, v: list[LayerConfig]) -> list[LayerConfig]:
-        if len(v) != 1:
-            raise ValueError(f"this version trains exactly one layer; got {len(v)}. "
-                             "Keep one entry under 'layers' (multi-layer hierarchies are not yet supported)")
-        return v
+    groups: Optional[list[list[str]]] = Field(
+        None, description="Layers that share one DPPO group (workers and rollouts); by default each layer is its own.")
+
+    @model_validator(mode="after")
+    def _hierarchy(self) -> "Config":
+        names = [layer.name for layer in self.layers]
+        if not names:
+            raise ValueError("layers: give at least one layer")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"layers: names must be unique; repeated: {', '.join(sorted(dup))}")
+        bottom = self.layers[-1]
+        if bottom.period != 1:
+            raise ValueError(f"layers[{len(names) - 1}] ({bottom.name}).period: the bottom layer acts every env step; "
+                             f"its period must be 1, got {bottom.period}")
+        if bottom.action.type != "env":
+            raise ValueError(f"layers[{len(names) - 1}] ({bottom.name}).action: the bottom layer takes env actions; "
+                             f"set action.type to 'env', not {bottom.action.type!r}")
+        for i, layer in enumerate(self.layers[:-1]):
+            where = f"layers[{i}] ({layer.name})"
+            if layer.action.type == "env":
+                raise ValueError(f"{where}.action: only the bottom layer takes env actions; give this layer a "
+                                 "command space, e.g. {type: discrete, n: 4}")
+            below = self.layers[i + 1]
+            if not below.observation.command and not below.reward.intrinsic_fn:
+                raise ValueError(f"{where}.action: the layer below ({below.name}) neither observes the command "
+                                 "(observation.command: false) nor is rewarded for following it; it cannot take "
+                                 "this command. Set observation.command: true on that layer")
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer.agents, SquadsSpec):
+                seen: dict[str, str] = {}
+                for squad, members in layer.agents.squads.items():
+                    if not members:
+                        raise ValueError(f"layers[{i}] ({layer.name}).agents.squads.{squad}: a squad needs at least one agent")
+                    for agent in members:
+                        if agent in seen:
+                            raise ValueError(f"layers[{i}] ({layer.name}).agents.squads: agent {agent!r} is in two "
+                                             f"squads ({seen[agent]} and {squad}); each agent belongs to one squad")
+                        seen[agent] = squad
+            start = layer.schedule.start_after
+            if start is not None and (start.layer not in names or start.layer == layer.name):
+                raise ValueError(f"layers[{i}] ({layer.name}).schedule.start_after.layer: {start.layer!r} is not "
+                                 f"another layer; choose one of {', '.join(n for n in names if n != layer.name)}")
+        if self.groups is not None:
+            placed: dict[str, int] = {}
+            for g, members in enumerate(self.groups):
+                for name in members:
+                    if name not in names:
+                        raise ValueError(f"groups[{g}]: unknown layer {name!r}; layers are {', '.join(names)}")
+                    if name in placed:
+                        raise ValueError(f"groups: layer {name!r} is in groups {placed[name]} and {g}; one group each")
+                    placed[name] = g
+        return self
+
+    def layer_groups(self) -> list[list[str]]:
+        """The DPPO groups: the configured ones, then every remaining trainable layer alone."""
+        listed = [list(g) for g in (self.groups or [])]
+        placed = {n for g in listed for n in g}
+        frozen = {layer.name for layer in self.layers if layer.schedule.mode == "frozen"}
+        groups = [[n for n in g if n not in frozen] for g in listed]
+        groups += [[layer.name] for layer in self.layers if layer.name not in placed and layer.name not in frozen]
+        return [g for g in groups if g]
+
+    def layer(self, name: str) -> "LayerConfig":
+        return next(layer for layer in self.layers if layer.name == name)
+
+    @property
+    def hierarchical(self) -> bool:
+        """True unless this is one layer over a single-agent Gymnasium env (the fast path)."""
+        return len(self.layers) > 1 or self.env.type != "gymnasium" or self.layers[0].policy.central_critic
 
 
 # ----------------------------------------------------------------------------- loading

@@ -1,8 +1,9 @@
-"""One DPPO group: a learner and its pool of rollout workers, for one layer.
+"""One DPPO group: a pool of rollout workers and one learner per layer of the group.
 
-One call of :meth:`DPPOGroup.iteration` is one synchronous update: every worker samples with
-the newest weights, then the learner updates (mode ``central``), or the workers compute
-gradients on their own shards that the learner averages (mode ``dppo``).
+By default every layer is its own group. One call of :meth:`DPPOGroup.iteration` is one
+synchronous update: every worker samples with the newest weights of all layers, then each of
+the group's learners updates its layer (mode ``central``), or the workers compute gradients on
+their own shards that the learner averages (mode ``dppo``).
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import math
 import time
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from hdppo.platform import metrics as M
@@ -19,100 +19,106 @@ from hdppo.platform.errors import RayStartError
 from hdppo.platform.learner import Learner
 from hdppo.platform.rollout_worker import RolloutWorker
 
-
 PLACEMENT_TIMEOUT_S = 120
 
 
-def group_cpus(total_cpus: float, num_workers: int, worker_cpus: float | None) -> tuple[float, float]:
-    """(learner, per-worker) CPUs to declare. Workers and learner alternate in a synchronous
+def group_cpus(total_cpus: float, num_workers: int, worker_cpus: float | None, num_learners: int = 1) -> tuple[float, float]:
+    """(per-learner, per-worker) CPUs to declare. Workers and learners alternate in a synchronous
     update, so on a small machine they share cores: declared shares sum to the machine."""
     if worker_cpus is not None:
-        return min(1.0, max(total_cpus - worker_cpus * num_workers, 0.01)), worker_cpus
-    if total_cpus >= num_workers + 1:
+        return max(min(1.0, (total_cpus - worker_cpus * num_workers) / num_learners), 0.01), worker_cpus
+    if total_cpus >= num_workers + num_learners:
         return 1.0, 1.0
     # Floor, not round: shares rounded up can sum to more than the machine and leave an actor
     # unschedulable forever.
-    share = math.floor(1000 * total_cpus / (num_workers + 1)) / 1000
+    share = math.floor(1000 * total_cpus / (num_workers + num_learners)) / 1000
     return share, share
 
 
 class DPPOGroup:
-    def __init__(self, cfg: Config, layer_index: int, backend: Any, service: Any, obs_dim: int,
-                 action_space: gym.Space, num_workers: int, total_cpus: float):
+    def __init__(self, cfg: Config, layers: list[str], backend: Any, service: Any, dims: dict[str, dict],
+                 num_workers: int, total_cpus: float, env_step_budget: int | None = None):
         self.cfg = cfg
-        self.layer = cfg.layers[layer_index]
+        self.layers = list(layers)
+        self.name = "+".join(layers)
+        self.first = cfg.layer(layers[0])
         self.backend = backend
         self.num_workers = num_workers
-        learner_cpus, worker_cpus = group_cpus(total_cpus, num_workers, self.layer.dppo.worker_cpus)
-        self.learner = backend.make(Learner, cfg, layer_index, obs_dim, action_space, service, backend.name,
-                                    num_cpus=learner_cpus)
-        self.workers = [backend.make(RolloutWorker, cfg, layer_index, i, num_workers, service,
-                                     num_cpus=worker_cpus) for i in range(num_workers)]
+        learner_cpus, worker_cpus = group_cpus(total_cpus, num_workers, self.first.dppo.worker_cpus, len(layers))
+        self.learners = {name: backend.make(Learner, cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
+                                            service, backend.name, dims[name].get("critic_dim"), env_step_budget,
+                                            num_cpus=learner_cpus) for name in layers}
+        self.workers = [backend.make(RolloutWorker, cfg, self.layers, i, num_workers, service, num_cpus=worker_cpus)
+                        for i in range(num_workers)]
         pings = [backend.call(w, "ping") for w in self.workers]
         if not backend.wait_all(pings, timeout=PLACEMENT_TIMEOUT_S):
             raise RayStartError(
-                f"layer {self.layer.name!r}: {num_workers} rollout workers x {worker_cpus} CPUs plus a learner "
-                f"({learner_cpus} CPUs) could not all be placed within {PLACEMENT_TIMEOUT_S}s on a cluster with "
+                f"group {self.name!r}: {num_workers} rollout workers x {worker_cpus} CPUs plus {len(layers)} learner(s) "
+                f"({learner_cpus} CPUs each) could not all be placed within {PLACEMENT_TIMEOUT_S}s on a cluster with "
                 f"{total_cpus} CPUs. Lower layers[].dppo.num_workers or dppo.worker_cpus, or add nodes.")
         backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
-        self._last_env_steps = float(self.counters()["env_steps"])
+        self.env_steps = float(self.counters()["env_steps"])
 
-    def iteration(self) -> dict[str, float]:
+    def iteration(self) -> dict[str, dict[str, float]]:
+        """One update of every layer of the group; metrics per layer."""
         t0 = time.perf_counter()
-        if self.layer.dppo.mode == "central":
-            rollouts = [self.backend.call(w, "sample") for w in self.workers]
-            self.backend.wait_all(rollouts)
+        b = self.backend
+        if self.first.dppo.mode == "central":
+            rollouts = [b.call(w, "sample") for w in self.workers]
+            b.wait_all(rollouts)
             sample_s = time.perf_counter() - t0
-            out = self.backend.get(self.backend.call(self.learner, "update_central", *rollouts))
+            futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
+            out = {name: b.get(f) for name, f in futures.items()}
         else:
-            stats = self.backend.get([self.backend.call(w, "sample_stats_only") for w in self.workers])
+            stats = b.get([b.call(w, "sample_stats_only") for w in self.workers])
             sample_s = time.perf_counter() - t0
-            out = self._dppo_update(stats)
+            out = {name: self._dppo_update(name, [s[name] for s in stats]) for name in self.layers}
         wall = time.perf_counter() - t0
-        steps = out["_env_steps"] - self._last_env_steps
-        self._last_env_steps = out["_env_steps"]
-        out[M.PERF_SAMPLE_S] = sample_s
-        out[M.PERF_UPDATE_S] = wall - sample_s
-        out[M.PERF_ENV_STEPS_PER_S] = steps / wall
+        env_steps = out[self.layers[0]]["_env_steps"]
+        steps, self.env_steps = env_steps - self.env_steps, env_steps
+        for metrics in out.values():
+            metrics[M.PERF_SAMPLE_S] = sample_s
+            metrics[M.PERF_UPDATE_S] = wall - sample_s
+            metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall
         return out
 
-    def _dppo_update(self, stats: list) -> dict[str, float]:
+    def _dppo_update(self, layer: str, stats: list) -> dict[str, float]:
         """Epochs x minibatches of (workers' gradients -> learner's averaged step).
 
         Object references flow straight from one call to the next (the learner's new weights
         into the workers' next gradient calls, their gradients into the learner), so the driver
         does not wait on each step; it synchronises once per epoch, and only for the KL stop.
         """
-        b, p = self.backend, self.layer.ppo
-        start = b.get(b.call(self.learner, "begin_dppo", *stats))
-        n = sum(s.env_steps for s in stats)
+        b, p, learner = self.backend, self.cfg.layer(layer).ppo, self.learners[layer]
+        start = b.get(b.call(learner, "begin_dppo", *stats))
+        n = sum(s.num_samples for s in stats)
         k = max(1, round(n / p.minibatch_size))
         weights: Any = start["weights"][0]
         for epoch in range(p.num_epochs):
             for mb in range(k):
                 grads = [b.call(w, "gradient", weights, epoch, mb, k, start["adv_mean"], start["adv_std"],
-                                start["entropy_coeff"]) for w in self.workers]
-                weights = b.call(self.learner, "apply_gradients", *grads)
-            if p.target_kl is not None and b.get(b.call(self.learner, "epoch_kl", k)) > p.target_kl:
+                                start["entropy_coeff"], layer) for w in self.workers]
+                weights = b.call(learner, "apply_gradients", *grads)
+            if p.target_kl is not None and b.get(b.call(learner, "epoch_kl", k)) > p.target_kl:
                 break
-        return b.get(b.call(self.learner, "end_dppo"))
+        return b.get(b.call(learner, "end_dppo"))
 
     def get_state(self) -> dict[str, Any]:
         b = self.backend
-        return {"learner": b.get(b.call(self.learner, "get_state")),
+        return {"learners": {name: b.get(b.call(h, "get_state")) for name, h in self.learners.items()},
                 "workers": b.get([b.call(w, "get_state") for w in self.workers])}
 
     def set_state(self, state: dict[str, Any]) -> None:
         b = self.backend
-        b.get(b.call(self.learner, "set_state", state["learner"]))
-        self._last_env_steps = float(state["learner"]["env_steps"])
+        for name, h in self.learners.items():
+            b.get(b.call(h, "set_state", state["learners"][name]))
         for w, ws in zip(self.workers, state["workers"]):
             b.get(b.call(w, "set_state", ws))
+        self.env_steps = float(self.counters()["env_steps"])
 
     def counters(self) -> dict[str, int]:
-        return self.backend.get(self.backend.call(self.learner, "counters"))
+        return self.backend.get(self.backend.call(self.learners[self.layers[0]], "counters"))
 
     def shutdown(self) -> None:
-        for h in [self.learner, *self.workers]:
+        for h in [*self.learners.values(), *self.workers]:
             self.backend.kill(h)
-

@@ -25,16 +25,19 @@ from hdppo.policies.schedules import linear
 
 
 class Learner:
-    def __init__(self, cfg: Config, layer_index: int, obs_dim: int, action_space: gym.Space,
-                 service: Any, backend_name: str = "local", num_threads: int = 1):
+    def __init__(self, cfg: Config, layer: str | int, obs_dim: int, action_space: gym.Space,
+                 service: Any, backend_name: str = "local", critic_dim: int | None = None,
+                 env_step_budget: int | None = None, num_threads: int = 1):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.train.seed)
         self.cfg = cfg
-        self.layer = cfg.layers[layer_index]
+        self.layer = cfg.layers[layer] if isinstance(layer, int) else cfg.layer(layer)
         self.service = service
         self._put = make_backend(backend_name).put
+        # Schedules run over this group's share of the env steps (all groups together make the total).
+        self.budget = env_step_budget or cfg.train.total_env_steps
         p = self.layer.policy
-        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std)
+        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim)
         # eps=1e-5 as in the PPO2 baseline and CleanRL (PyTorch's default 1e-8 differs).
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.layer.ppo.lr, eps=1e-5)
         self.obs_stats = RunningStats((obs_dim,))
@@ -53,12 +56,12 @@ class Learner:
         """One ``put`` of this version's weights; the service keeps the reference."""
         ref = self._put(self.weights())
         call_service(self.service, "publish", self.layer.name, self.version, [ref],
-                     self.obs_stats.to_state(), self.reward_stats.to_state())
+                     self.obs_stats.to_state(), self.reward_stats.to_state(), self.progress())
         return self.version
 
     # -- schedules -----------------------------------------------------------------------------
     def progress(self) -> float:
-        return self.env_steps / self.cfg.train.total_env_steps
+        return self.env_steps / self.budget
 
     def coefficients(self) -> dict[str, float]:
         p, prog = self.layer.ppo, self.progress()
@@ -96,8 +99,13 @@ class Learner:
         return gradients(self.policy, self._loss(batch.to_torch(), adv_mean, adv_std, entropy_coeff).total)
 
     # -- mode central --------------------------------------------------------------------------
-    def update_central(self, *rollouts: Rollout) -> dict[str, float]:
+    def _mine(self, items: tuple) -> list:
+        """Workers return one entry per layer of their group; keep this layer's."""
+        return [x[self.layer.name] if isinstance(x, dict) else x for x in items]
+
+    def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> dict[str, float]:
         t0 = time.perf_counter()
+        rollouts = tuple(self._mine(rollouts))
         stats = [r.stats for r in rollouts]
         coefs = self.coefficients()
         self._absorb(stats)
@@ -124,9 +132,10 @@ class Learner:
         return target is not None and float(np.mean(kls)) > target
 
     # -- mode dppo -----------------------------------------------------------------------------
-    def begin_dppo(self, *stats: RolloutStats) -> dict[str, Any]:
+    def begin_dppo(self, *stats: RolloutStats | dict[str, RolloutStats]) -> dict[str, Any]:
         """Start an update from the workers' reports: the weights to differentiate at, the
         whole-batch advantage moments, and the coefficients for this update."""
+        stats = tuple(self._mine(stats))
         self._pending = (list(stats), self.coefficients(), time.perf_counter())
         self._dppo_logs: list[dict[str, float]] = []
         self._absorb(list(stats))
@@ -167,6 +176,15 @@ class Learner:
             M.CHART_REWARD_EXTRINSIC: float(np.mean([s.raw_reward_mean for s in stats])),
         }
         out[M.LOSS_EXPLAINED_VARIANCE] = explained_variance_of(stats)
+        if any(s.intrinsic_reward_mean for s in stats):
+            out[M.CHART_REWARD_INTRINSIC] = float(np.mean([s.intrinsic_reward_mean for s in stats]))
+        if any(s.bonus_mean for s in stats):
+            out[M.CHART_EXPLORATION_BONUS] = float(np.mean([s.bonus_mean for s in stats]))
+        counts = [s.command_counts for s in stats if s.command_counts]
+        if counts:
+            total = np.sum(counts, axis=0)
+            out["_command_counts"] = total.tolist()  # type: ignore[assignment]
+        out[M.PERF_SAMPLES] = float(sum(s.num_samples for s in stats))
         returns = [r for s in stats for r in s.episode_returns]
         lengths = [n for s in stats for n in s.episode_lengths]
         if returns:
@@ -198,6 +216,12 @@ class Learner:
 
     def counters(self) -> dict[str, int]:
         return {"version": self.version, "env_steps": self.env_steps, "updates": self.updates}
+
+    def load_weights(self, state: dict[str, Any]) -> int:
+        """Start from another run's weights and observation statistics (schedule.checkpoint)."""
+        self.policy.load_state_dict(state["policy"])
+        self.obs_stats = RunningStats.from_state(state["obs_stats"])
+        return self.publish()
 
 
 def _terms_dict(terms) -> dict[str, float]:

@@ -17,6 +17,9 @@ CHART_EPISODES = "charts/episodes"
 CHART_LR = "charts/learning_rate"
 CHART_ENTROPY_COEFF = "charts/entropy_coeff"
 CHART_REWARD_EXTRINSIC = "charts/reward_extrinsic"
+CHART_REWARD_INTRINSIC = "charts/reward_intrinsic"
+CHART_EXPLORATION_BONUS = "charts/exploration_bonus"
+HIST_COMMANDS = "charts/commands"
 EVAL_RETURN_MEAN = "eval/return_mean"
 EVAL_RETURN_STD = "eval/return_std"
 LOSS_POLICY = "losses/policy"
@@ -30,6 +33,7 @@ PERF_ENV_STEPS_PER_S = "perf/env_steps_per_s"
 PERF_SAMPLE_S = "perf/sample_s"
 PERF_UPDATE_S = "perf/update_s"
 PERF_SGD_STEPS = "perf/sgd_steps"
+PERF_SAMPLES = "perf/samples"
 PERF_MAX_STALENESS = "perf/max_staleness"
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
@@ -54,6 +58,17 @@ class MetricsWriter:
                 continue
             self._tb[layer].add_scalar(tag, value, step)
             self._jsonl.write(json.dumps({"step": step, "layer": layer, "tag": tag, "value": float(value), "time": now}) + "\n")
+
+    def command_histogram(self, layer: str, step: int, counts: list[int]) -> None:
+        """How often each command was chosen: a TensorBoard histogram, and fractions as scalars."""
+        import numpy as np
+
+        arr = np.asarray(counts, dtype=np.float64)
+        if arr.sum() == 0:
+            return
+        self._tb[layer].add_histogram(HIST_COMMANDS, np.repeat(np.arange(len(arr)), arr.astype(np.int64)), step,
+                                      bins=np.arange(len(arr) + 1) - 0.5)
+        self.scalars(layer, step, {f"{HIST_COMMANDS}/{i}": float(v) for i, v in enumerate(arr / arr.sum())})
 
     def hyperparameters(self, layer: str, flat: dict[str, Any]) -> None:
         """Hyperparameters at start, as a Markdown table in the layer's TEXT tab."""

@@ -1,10 +1,16 @@
-"""A rollout worker: ``num_envs`` env copies, a local copy of the policy, its own reward scaler.
+"""A rollout worker: ``num_envs`` env copies, a local copy of every layer's policy, its own
+reward scalers.
 
 Plain Python; :mod:`hdppo.platform.backend` turns it into a Ray actor. Everything a worker
 needs arrives as constructor arguments or through the parameter service, so it runs on any node.
+
+One layer over a single-agent Gymnasium env takes the vectorised fast path (:meth:`_sample_flat`);
+anything else runs the whole hierarchy (:class:`~hdppo.hierarchies.runner.HierarchyRunner`)
+and records the layers of this worker's group.
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Any
@@ -17,10 +23,12 @@ from hdppo.envs.loading import make_gym_env
 from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
 from hdppo.platform.config import Config, rollout_length
+from hdppo.policies.exploration import CountBonus
 from hdppo.policies.gae import compute_gae
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
 from hdppo.policies.ppo_update import gradients, minibatch_loss
+from hdppo.policies.schedules import linear
 
 
 def make_env_fn(cfg: Config):
@@ -28,48 +36,121 @@ def make_env_fn(cfg: Config):
     return lambda: make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps)
 
 
+def make_adapter_fn(cfg: Config):
+    from hdppo.envs.adapters import make_multi_agent
+
+    e = cfg.env
+    return lambda: make_multi_agent(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps)
+
+
 class RolloutWorker:
-    def __init__(self, cfg: Config, layer_index: int, worker_index: int, num_workers: int, service: Any):
+    def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any):
         torch.set_num_threads(1)  # many workers share a machine; one thread each avoids oversubscription
         self.cfg = cfg
-        self.layer = cfg.layers[layer_index]
+        self.layers = list(layers)              # the layers this worker records (its group's)
         self.index = worker_index
+        self.num_workers = num_workers
         self.service = service
-        seed = cfg.train.seed + 10_007 * (worker_index + 1)
+        seed = cfg.train.seed + 10_007 * (worker_index + 1) + 101 * sum(map(ord, "".join(layers)))
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         random.seed(seed)
-        d, n = self.layer.dppo, self.layer.normalization
-        self.pool = EnvPool(make_env_fn(cfg), d.num_envs_per_worker, seed=seed, name=cfg.env.id or cfg.env.entry_point or "env")
-        self.policy = ActorCritic(self.pool.obs_dim, self.pool.action_space, self.layer.policy.hidden,
-                                  self.layer.policy.activation, self.layer.policy.init_log_std)
-        self.policy.requires_grad_(cfg.layers[layer_index].dppo.mode == "dppo")
-        self.obs_norm = ObservationNormalizer((self.pool.obs_dim,), n.clip, n.observation)
-        self.reward_scaler = RewardScaler(d.num_envs_per_worker, self.layer.ppo.gamma, n.clip, n.reward)
-        self.rollout_len = rollout_length(self.layer, num_workers)
-        self.version = -1
-        self._last: Batch | None = None
+        self.group_cfg = cfg.layer(self.layers[0])
+        d = self.group_cfg.dppo
+        self.versions: dict[str, int] = {}
+        self.progress: dict[str, float] = {}
+        self._last: dict[str, Batch] = {}
+        self.policies: dict[str, ActorCritic] = {}
+        self.obs_norms: dict[str, ObservationNormalizer] = {}
+        self.scalers: dict[str, RewardScaler] = {}
+        if not cfg.hierarchical:
+            layer = cfg.layers[0]
+            self.pool = EnvPool(make_env_fn(cfg), d.num_envs_per_worker, seed=seed,
+                                name=cfg.env.id or cfg.env.entry_point or "env")
+            self._add_layer(layer.name, self.pool.obs_dim, self.pool.action_space, None, d.num_envs_per_worker)
+            self.rollout_len = rollout_length(layer, num_workers)
+        else:
+            from hdppo.hierarchies.recorder import LayerRecorder
+            from hdppo.hierarchies.runner import HierarchyRunner
+            from hdppo.hierarchies.spec import probe_env
+
+            probe, self.specs = probe_env(cfg, seed)
+            probe.close()
+            for s in self.specs:
+                self._add_layer(s.name, s.obs_dim, s.action_space, s.critic_dim, 0)
+            self.recorders = {name: LayerRecorder(cfg.layer(name).ppo.gamma, cfg.layer(name).ppo.gae_lambda,
+                                                  cfg.layer(name).reward.discount == "smdp", self.scalers[name])
+                              for name in self.layers}
+            self.bonuses = {s.name: CountBonus(s.obs_dim, s.cfg.exploration.hash_bits, s.name)
+                            for s in self.specs if s.cfg.exploration.type == "count" and s.name in self.layers}
+            self.runner = HierarchyRunner(self.specs, make_adapter_fn(cfg), d.num_envs_per_worker, seed,
+                                          self.policies, self.obs_norms, self.recorders, bonus=self._bonus)
+        for p in self.policies.values():
+            p.requires_grad_(d.mode == "dppo")
+
+    def _add_layer(self, name: str, obs_dim: int, action_space, critic_dim: int | None, num_envs: int) -> None:
+        layer = self.cfg.layer(name)
+        p, n = layer.policy, layer.normalization
+        self.policies[name] = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim)
+        self.obs_norms[name] = ObservationNormalizer((obs_dim,), n.clip, n.observation)
+        self.scalers[name] = RewardScaler(num_envs, layer.ppo.gamma, n.clip, n.reward)
+        self.versions[name] = -1
+
+    def _bonus(self, layer: str, obs: np.ndarray) -> np.ndarray:
+        bonus = self.bonuses.get(layer)
+        if bonus is None:
+            return np.zeros(len(obs), np.float32)
+        e = self.cfg.layer(layer).exploration
+        return bonus(obs, linear(e.coeff, e.coeff_final, self.progress.get(layer, 0.0)))
 
     # -- weights -------------------------------------------------------------------------------
     def _pull(self) -> None:
-        """Adopt the newest published version of this layer, if it is newer than ours."""
-        rec = call_service(self.service, "latest", self.layer.name)
-        if rec is None or rec["version"] == self.version:
-            return
-        self.policy.load_state_dict(deref(rec["weights"][0]))
-        if rec.get("obs_stats") is not None:
-            self.obs_norm.set_published(RunningStats.from_state(rec["obs_stats"]))
-        if self.layer.normalization.reward_scope == "global" and rec.get("reward_stats") is not None:
-            self.reward_scaler.set_published(RunningStats.from_state(rec["reward_stats"]))
-        self.version = rec["version"]
+        """Adopt the newest published version of every layer that is newer than ours."""
+        for name in self.policies:
+            rec = call_service(self.service, "latest", name)
+            if rec is None or rec["version"] == self.versions[name]:
+                continue
+            self.policies[name].load_state_dict(deref(rec["weights"][0]))
+            if rec.get("obs_stats") is not None:
+                self.obs_norms[name].set_published(RunningStats.from_state(rec["obs_stats"]))
+            if self.cfg.layer(name).normalization.reward_scope == "global" and rec.get("reward_stats") is not None:
+                self.scalers[name].set_published(RunningStats.from_state(rec["reward_stats"]))
+            self.versions[name] = rec["version"]
+            self.progress[name] = float(rec.get("progress", 0.0))
 
     # -- sampling ------------------------------------------------------------------------------
-    def sample(self) -> Rollout:
-        """Step every env ``rollout_len`` times with the newest weights; GAE per worker."""
+    def sample(self) -> dict[str, Rollout]:
+        """One rollout per recorded layer, with the newest weights; GAE on this worker."""
         self._pull()
+        return self._sample_flat() if not self.cfg.hierarchical else self._sample_hierarchy()
+
+    def _stats(self, name: str, batch: Batch, env_steps: int, t0: float, ep_returns: list, ep_lengths: list,
+               raw_reward_sum: float, intrinsic_sum: float = 0.0, bonus_sum: float = 0.0,
+               command_counts: list[int] | None = None) -> RolloutStats:
+        layer = self.cfg.layer(name)
+        ret64 = batch.returns.astype(np.float64)
+        res64 = ret64 - batch.values
+        adv64 = batch.advantages.astype(np.float64)
+        n = max(len(batch), 1)
+        return RolloutStats(
+            worker=self.index, version=self.versions[name], env_steps=env_steps, sample_s=time.perf_counter() - t0,
+            episode_returns=ep_returns, episode_lengths=ep_lengths,
+            obs_delta=self.obs_norms[name].take_delta().to_state() if layer.normalization.observation else None,
+            reward_delta=self.scalers[name].take_delta().to_state() if layer.normalization.reward_scope == "global" else None,
+            adv_sum=float(adv64.sum()), adv_sumsq=float((adv64**2).sum()),
+            ret_sum=float(ret64.sum()), ret_sumsq=float((ret64**2).sum()),
+            res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
+            raw_reward_mean=raw_reward_sum / n, intrinsic_reward_mean=intrinsic_sum / n, bonus_mean=bonus_sum / n,
+            command_counts=command_counts, num_samples=len(batch))
+
+    def _sample_flat(self) -> dict[str, Rollout]:
+        """Step every env ``rollout_len`` times: arrays ``[T, N]``, no per-agent bookkeeping."""
+        name = self.layers[0]
+        policy, obs_norm, scaler = self.policies[name], self.obs_norms[name], self.scalers[name]
+        layer = self.cfg.layer(name)
         t0 = time.perf_counter()
         T, N, D = self.rollout_len, self.pool.num_envs, self.pool.obs_dim
-        act_dim = self.policy.head.dim
+        act_dim = policy.head.dim
         obs_buf = np.empty((T, N, D), np.float32)
         act_buf = np.empty((T, N, act_dim), np.float32)
         logp_buf = np.empty((T, N), np.float32)
@@ -83,13 +164,13 @@ class RolloutWorker:
         raw_reward_sum = 0.0
         for t in range(T):
             raw = self.pool.obs
-            self.obs_norm.observe(raw)
-            obs = self.obs_norm(raw)
-            actions, logp, values = self.policy.act(torch.from_numpy(obs))
-            res = self.pool.step(self.policy.head.to_env(actions))
+            obs_norm.observe(raw)
+            obs = obs_norm(raw)
+            actions, logp, values = policy.act(torch.from_numpy(obs))
+            res = self.pool.step(policy.head.to_env(actions))
             ended = res.terminated | res.truncated
             obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = obs, actions, logp, values
-            rew_buf[t] = self.reward_scaler(res.rewards, ended)
+            rew_buf[t] = scaler(res.rewards, ended)
             term_buf[t], end_buf[t] = res.terminated, ended
             raw_reward_sum += float(res.rewards.sum())
             for i in np.flatnonzero(res.truncated):
@@ -97,70 +178,92 @@ class RolloutWorker:
             ep_returns += res.episode_returns
             ep_lengths += res.episode_lengths
         next_values = self._next_values(val_buf, truncated_final)
-        adv, ret = compute_gae(rew_buf, val_buf, next_values, term_buf, end_buf,
-                               self.layer.ppo.gamma, self.layer.ppo.gae_lambda)
+        adv, ret = compute_gae(rew_buf, val_buf, next_values, term_buf, end_buf, layer.ppo.gamma, layer.ppo.gae_lambda)
         batch = Batch(obs_buf.reshape(T * N, D), act_buf.reshape(T * N, act_dim), logp_buf.reshape(-1),
                       val_buf.reshape(-1), adv.reshape(-1), ret.reshape(-1))
-        self._last = batch
-        scope_global = self.layer.normalization.reward_scope == "global"
-        ret64 = batch.returns.astype(np.float64)
-        res64 = ret64 - batch.values
-        stats = RolloutStats(
-            worker=self.index, version=self.version, env_steps=T * N, sample_s=time.perf_counter() - t0,
-            episode_returns=ep_returns, episode_lengths=ep_lengths,
-            obs_delta=self.obs_norm.take_delta().to_state() if self.obs_norm.enabled else None,
-            reward_delta=self.reward_scaler.take_delta().to_state() if scope_global else None,
-            adv_sum=float(batch.advantages.sum()), adv_sumsq=float((batch.advantages.astype(np.float64) ** 2).sum()),
-            ret_sum=float(ret64.sum()), ret_sumsq=float((ret64**2).sum()),
-            res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
-            raw_reward_mean=raw_reward_sum / (T * N))
-        return Rollout(batch, stats)
+        self._last[name] = batch
+        return {name: Rollout(batch, self._stats(name, batch, T * N, t0, ep_returns, ep_lengths, raw_reward_sum))}
 
     def _next_values(self, values: np.ndarray, truncated_final: list) -> np.ndarray:
         """V(s_{t+1}): the next row's value, the value after the rollout for the last row, and
         V(true final observation) where an episode was truncated (one batched forward pass)."""
+        name = self.layers[0]
         nxt = np.empty_like(values)
         nxt[:-1] = values[1:]
-        finals = [self.obs_norm(self.pool.obs)] + [self.obs_norm(f[None]) for _, _, f in truncated_final]
+        norm = self.obs_norms[name]
+        finals = [norm(self.pool.obs)] + [norm(f[None]) for _, _, f in truncated_final]
         with torch.inference_mode():
-            v = self.policy.value(torch.from_numpy(np.concatenate(finals))).numpy()
+            v = self.policies[name].value(torch.from_numpy(np.concatenate(finals))).numpy()
         N = values.shape[1]
         nxt[-1] = v[:N]
         for k, (t, i, _) in enumerate(truncated_final):
             nxt[t, i] = v[N + k]
         return nxt
 
-    def sample_stats_only(self) -> RolloutStats:
-        """Mode ``dppo``: sample, keep the batch here, send back only the statistics."""
-        return self.sample().stats
+    def _sample_hierarchy(self) -> dict[str, Rollout]:
+        t0 = time.perf_counter()
+        quota = {name: math.ceil(self.cfg.layer(name).dppo.train_batch_size / self.num_workers) for name in self.layers}
+        cap = 1000 * max(quota.values()) * max(s.every for s in self.specs)  # a layer that never acts must not hang
+        start = self.runner.env_steps
+        episodes: list[tuple[float, int, int]] = []
+        for c in self.runner.command_counts.values():
+            c[:] = 0
+        while any(self.recorders[n].num_closed < quota[n] for n in self.layers):
+            episodes += self.runner.step()
+            if self.runner.env_steps - start > cap:
+                raise RuntimeError(f"layers {self.layers}: no transitions after {cap} env steps")
+        env_steps = self.runner.env_steps - start
+        out: dict[str, Rollout] = {}
+        for name in self.layers:
+            policy = self.policies[name]
+
+            def value_fn(obs: np.ndarray, critic: np.ndarray, policy: ActorCritic = policy) -> np.ndarray:
+                with torch.inference_mode():
+                    return policy.value(torch.from_numpy(obs), torch.from_numpy(critic)).numpy()
+
+            batch, sums = self.recorders[name].harvest(value_fn)  # type: ignore[misc]
+            self._last[name] = batch
+            counts = self.runner.command_counts.get(name)
+            out[name] = Rollout(batch, self._stats(
+                name, batch, env_steps, t0, [e[0] for e in episodes], [e[1] for e in episodes],
+                sums["env_reward"], sums["intrinsic_reward"], sums["bonus"],
+                counts.tolist() if counts is not None and counts.size else None))
+        return out
+
+    def sample_stats_only(self) -> dict[str, RolloutStats]:
+        """Mode ``dppo``: sample, keep the batches here, send back only the statistics."""
+        return {name: r.stats for name, r in self.sample().items()}
 
     # -- mode dppo -----------------------------------------------------------------------------
     def gradient(self, weights: Any, epoch: int, minibatch: int, num_minibatches: int,
-                 adv_mean: float, adv_std: float, entropy_coeff: float) -> tuple[list[torch.Tensor], int, dict]:
+                 adv_mean: float, adv_std: float, entropy_coeff: float,
+                 layer: str | None = None) -> tuple[list[torch.Tensor], int, dict]:
         """Gradient of the mean loss on this worker's share of minibatch ``minibatch`` of ``epoch``."""
-        assert self._last is not None, "gradient() before sample()"
-        self.policy.load_state_dict(deref(weights))
-        n = len(self._last)
+        name = layer or self.layers[0]
+        batch = self._last[name]
+        policy = self.policies[name]
+        policy.load_state_dict(deref(weights))
         # The same permutation for every minibatch of an epoch: derived from (seed, version, epoch).
-        perm = np.random.default_rng((self.cfg.train.seed, self.index, self.version, epoch)).permutation(n)
+        perm = np.random.default_rng((self.cfg.train.seed, self.index, self.versions[name], epoch)).permutation(len(batch))
         idx = np.array_split(perm, num_minibatches)[minibatch]
-        mb = self._last.take(idx).to_torch()
-        p = self.layer.ppo
-        terms = minibatch_loss(self.policy, mb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
+        mb = batch.take(idx).to_torch()
+        p = self.cfg.layer(name).ppo
+        terms = minibatch_loss(policy, mb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                                vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages)
-        grads = gradients(self.policy, terms.total)
+        grads = gradients(policy, terms.total)
         info = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
         return grads, len(idx), info
 
     # -- state ---------------------------------------------------------------------------------
     def get_state(self) -> dict:
-        rs = self.reward_scaler
-        return {"reward_stats": rs.stats.to_state(), "reward_returns": rs.returns.tolist(),
+        return {"reward": {name: {"stats": s.stats.to_state(), "returns": s.returns.tolist()}
+                           for name, s in self.scalers.items()},
                 "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
 
     def set_state(self, state: dict) -> None:
-        self.reward_scaler.stats = RunningStats.from_state(state["reward_stats"])
-        self.reward_scaler.returns = np.asarray(state["reward_returns"], np.float64)
+        for name, s in state["reward"].items():
+            self.scalers[name].stats = RunningStats.from_state(s["stats"])
+            self.scalers[name].returns = np.asarray(s["returns"], np.float64)
         self.rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
 

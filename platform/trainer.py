@@ -19,11 +19,13 @@ import torch
 from hdppo.envs.loading import make_gym_env
 from hdppo.platform import metrics as M
 from hdppo.platform.backend import make_backend
-from hdppo.platform.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from hdppo.platform.checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
+                                       save_checkpoint)
 from hdppo.platform.config import Config, dump_config, load_config, validate
-from hdppo.platform.errors import CheckpointError
+from hdppo.platform.errors import CheckpointError, ConfigError
 from hdppo.platform.evaluation import evaluate
 from hdppo.platform.group import DPPOGroup
+from hdppo.platform.learner import Learner
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.progress import Progress
 from hdppo.platform.ray_runtime import init_ray
@@ -53,9 +55,10 @@ class Trainer:
         self.resume = resume
         self.hooks = hooks or []
         self.quiet = quiet
-        self.layer = cfg.layers[0]
         self.backend = make_backend(cfg.ray.backend)
-        self.group: DPPOGroup | None = None
+        self.groups: list[DPPOGroup] = []
+        self.fixed: dict[str, Learner] = {}    # frozen layers: publish their weights, never update
+        self.last: dict[str, dict] = {}         # the last metrics of each layer
         self._created = False
         self._checkpointed = False
 
@@ -65,47 +68,79 @@ class Trainer:
         np.random.seed(self.cfg.train.seed)
         torch.manual_seed(self.cfg.train.seed)
 
-    def _probe_env(self) -> tuple[int, Any]:
-        """Make one env in the driver: fail fast (and clearly) before starting any actor."""
-        from hdppo.envs.env_pool import EnvPool
+    def _probe(self) -> dict[str, dict[str, Any]]:
+        """Make one env in the driver: fail fast (and clearly) before starting any actor, and
+        learn every layer's observation and action sizes."""
+        if not self.cfg.hierarchical:
+            from hdppo.envs.env_pool import EnvPool
 
-        e = self.cfg.env
-        pool = EnvPool(lambda: make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps), 1,
-                       seed=self.cfg.train.seed, name=e.id or e.entry_point or "env")
-        pool.close()
-        return pool.obs_dim, pool.action_space
+            e = self.cfg.env
+            pool = EnvPool(lambda: make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps), 1,
+                           seed=self.cfg.train.seed, name=e.id or e.entry_point or "env")
+            pool.close()
+            return {self.cfg.layers[0].name: {"obs_dim": pool.obs_dim, "action_space": pool.action_space}}
+        from hdppo.hierarchies.spec import probe_env
+
+        probe, specs = probe_env(self.cfg, self.cfg.train.seed)
+        probe.close()
+        return {s.name: {"obs_dim": s.obs_dim, "action_space": s.action_space, "critic_dim": s.critic_dim} for s in specs}
 
     def setup(self) -> None:
         self._created = prepare_run_dir(self.run_dir, self.resume)
         self._seed()
-        obs_dim, action_space = self._probe_env()
+        dims = self._probe()
         if self.backend.name == "ray":
             total_cpus = init_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
-            service = self.backend.make(ParameterService, num_cpus=0, name=f"hdppo_params_{uuid.uuid4().hex[:8]}")
+            self.service = self.backend.make(ParameterService, num_cpus=0, name=f"hdppo_params_{uuid.uuid4().hex[:8]}")
         else:
             total_cpus = float(self.cfg.ray.num_cpus or 1)
-            service = ParameterService()
-        self.service = service
-        d = self.layer.dppo
-        self.num_workers = max(1, min(d.num_workers, int(total_cpus))) if self.backend.name == "ray" else d.num_workers
-        if self.num_workers < d.num_workers and not self.quiet:
-            print(f"[hdppo] layer {self.layer.name!r}: {d.num_workers} workers asked, {self.num_workers} used "
-                  f"(capped at the {total_cpus:g} CPUs Ray reports)", flush=True)
-        self.group = DPPOGroup(self.cfg, 0, self.backend, service, obs_dim, action_space, self.num_workers, total_cpus)
+            self.service = ParameterService()
+        layer_groups = self.cfg.layer_groups()
+        budget = self.cfg.train.total_env_steps // max(len(layer_groups), 1)
+        for name in dims:
+            if not any(name in g for g in layer_groups):
+                self.fixed[name] = Learner(self.cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
+                                           self.service, self.backend.name, dims[name].get("critic_dim"))
+        for names in layer_groups:
+            d = self.cfg.layer(names[0]).dppo
+            workers = max(1, min(d.num_workers, int(total_cpus))) if self.backend.name == "ray" else d.num_workers
+            if workers < d.num_workers and not self.quiet:
+                print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
+                      f"(capped at the {total_cpus:g} CPUs Ray reports)", flush=True)
+            self.groups.append(DPPOGroup(self.cfg, names, self.backend, self.service, dims, workers, total_cpus, budget))
+        self._load_schedule_checkpoints()
         if self.resume:
-            ckpt = latest_checkpoint(self.run_dir)
-            state = load_checkpoint(ckpt)  # type: ignore[arg-type]
-            self.group.set_state(state["groups"][self.layer.name])
+            state = load_checkpoint(latest_checkpoint(self.run_dir))  # type: ignore[arg-type]
+            for group in self.groups:
+                group.set_state(state["groups"][group.name])
+            for name, learner in self.fixed.items():
+                learner.set_state(state["fixed"][name])
             self._restore_rng(state["driver_rng"])
             self._checkpointed = True
         (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
-        self.metrics = M.MetricsWriter(self.run_dir, [self.layer.name])
-        self.metrics.hyperparameters(self.layer.name, M.flatten(self.cfg.model_dump(mode="json")))
+        self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
+        for layer in self.cfg.layers:
+            self.metrics.hyperparameters(layer.name, M.flatten(self.cfg.model_dump(mode="json") | {"layers": [layer.model_dump(mode="json")]}))
+
+    def _load_schedule_checkpoints(self) -> None:
+        """``schedule.checkpoint``: start a layer from another run's weights."""
+        for layer in self.cfg.layers:
+            if layer.schedule.checkpoint is None or self.resume:
+                continue
+            states = learner_states(load_checkpoint(resolve_checkpoint(layer.schedule.checkpoint)))
+            if layer.name not in states:
+                raise CheckpointError(f"layer {layer.name!r}, schedule.checkpoint: {layer.schedule.checkpoint} has no "
+                                      f"layer of that name (it has {', '.join(states)}).")
+            if layer.name in self.fixed:
+                self.fixed[layer.name].load_weights(states[layer.name])
+            else:
+                group = next(g for g in self.groups if layer.name in g.layers)
+                self.backend.get(self.backend.call(group.learners[layer.name], "load_weights", states[layer.name]))
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        assert self.group is not None
-        return {"format": 1, "groups": {self.layer.name: self.group.get_state()},
+        return {"format": 2, "groups": {g.name: g.get_state() for g in self.groups},
+                "fixed": {name: learner.get_state() for name, learner in self.fixed.items()},
                 "driver_rng": {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
                                "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state()}}
 
@@ -120,33 +155,69 @@ class Trainer:
         self._checkpointed = True
         return path
 
+    # -- schedule ------------------------------------------------------------------------------
+    def _started(self, group: DPPOGroup) -> bool:
+        """A group trains once every one of its layers' ``schedule.start_after`` is met."""
+        for name in group.layers:
+            gate = self.cfg.layer(name).schedule.start_after
+            if gate is None:
+                continue
+            other = self.last.get(gate.layer, {})
+            other_group = next((g for g in self.groups if gate.layer in g.layers), None)
+            steps = other_group.env_steps if other_group is not None else 0
+            if gate.env_steps is not None and steps < gate.env_steps:
+                return False
+            if gate.mean_return is not None and other.get(M.CHART_EPISODIC_RETURN, -np.inf) < gate.mean_return:
+                return False
+        return True
+
+    def _iterate(self, groups: list[DPPOGroup]) -> list[dict[str, dict[str, float]]]:
+        """One update of each group; on Ray the groups run at the same time."""
+        if self.backend.name == "ray" and len(groups) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(len(groups)) as pool:
+                return list(pool.map(lambda g: g.iteration(), groups))
+        return [g.iteration() for g in groups]
+
     # -- the loop ------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
-        """Train until ``train.total_env_steps``; returns a summary (steps, last return, eval)."""
+        """Train until ``train.total_env_steps`` (all groups together); returns a summary."""
         try:
             return self._train()
         except BaseException:
             self._cleanup_failed_start()
             raise
 
+    def _env_steps(self) -> int:
+        return int(sum(g.env_steps for g in self.groups))
+
     def _train(self) -> dict[str, Any]:
         self.setup()
-        assert self.group is not None
-        counters = self.group.counters()
-        steps, updates = counters["env_steps"], counters["updates"]
+        steps = self._env_steps()
+        updates = max((g.counters()["updates"] for g in self.groups), default=0)
         total = self.cfg.train.total_env_steps
         progress = Progress(total, self.cfg.train.log_every_s, start_steps=steps, force_plain=self.quiet)
         last_return: float | None = None
         saved_at = updates
         t_start = time.time()
         try:
-            while steps < total:
-                out = self.group.iteration()
-                steps, updates = int(out["_env_steps"]), updates + 1
-                last_return = out.get(M.CHART_EPISODIC_RETURN, last_return)
-                self.metrics.scalars(self.layer.name, steps, out)
-                for hook in self.hooks:
-                    hook(self, self.layer.name, steps, out)
+            while steps < total and self.groups:
+                ready = [g for g in self.groups if self._started(g)]
+                if not ready:
+                    raise ConfigError("schedule.start_after: no layer can start (the gates wait on each other). "
+                                      "Let at least one trained layer start without start_after.")
+                for group, out in zip(ready, self._iterate(ready)):
+                    for layer, values in out.items():
+                        counts = values.pop("_command_counts", None)
+                        self.metrics.scalars(layer, int(group.env_steps), values)
+                        if counts:
+                            self.metrics.command_histogram(layer, int(group.env_steps), counts)
+                        self.last[layer] = values
+                        last_return = values.get(M.CHART_EPISODIC_RETURN, last_return)
+                        for hook in self.hooks:
+                            hook(self, layer, int(group.env_steps), values)
+                steps, updates = self._env_steps(), updates + 1
                 if updates % self.cfg.train.checkpoint_every == 0:
                     self.checkpoint(updates)
                     saved_at = updates
@@ -161,10 +232,10 @@ class Trainer:
         summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall,
                                    "last_return": last_return, "run_dir": str(self.run_dir)}
         if self.cfg.train.eval_episodes > 0:
-            state = self.group.get_state()["learner"]
-            returns = evaluate(self.cfg, state, self.cfg.train.eval_episodes)
+            returns = evaluate(self.cfg, learner_states(self.state()), self.cfg.train.eval_episodes)
             ev = {M.EVAL_RETURN_MEAN: float(np.mean(returns)), M.EVAL_RETURN_STD: float(np.std(returns))}
-            self.metrics.scalars(self.layer.name, steps, ev)
+            for layer in self.cfg.layers:
+                self.metrics.scalars(layer.name, steps, ev)
             summary |= {"eval_return_mean": ev[M.EVAL_RETURN_MEAN], "eval_return_std": ev[M.EVAL_RETURN_STD]}
         self.metrics.close()
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -179,10 +250,11 @@ class Trainer:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def shutdown(self) -> None:
-        if self.group is not None:
-            self.group.shutdown()
+        for group in self.groups:
+            group.shutdown()
+        if self.groups or self.fixed:
             self.backend.kill(self.service)
-            self.group = None
+        self.groups, self.fixed = [], {}
 
 
 def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str | None = None,

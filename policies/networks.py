@@ -74,26 +74,32 @@ class ActorCritic(nn.Module):
     """``obs [B, obs_dim]`` -> action distribution and value ``[B]``."""
 
     def __init__(self, obs_dim: int, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
-                 activation: str = "tanh", init_log_std: float = 0.0):
+                 activation: str = "tanh", init_log_std: float = 0.0, critic_dim: int | None = None):
         super().__init__()
         self.head = ActionHead(action_space)
         self.actor = mlp(obs_dim, hidden, self.head.logits_dim, activation, 0.01)
-        self.critic = mlp(obs_dim, hidden, 1, activation, 1.0)
+        # A centralized critic (MAPPO) reads ``critic_obs`` (the global state) instead of ``obs``.
+        self.central = critic_dim is not None
+        self.critic = mlp(critic_dim if critic_dim is not None else obs_dim, hidden, 1, activation, 1.0)
         if self.head.kind == "box":
             self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+    def value(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> torch.Tensor:
+        return self.critic(critic_obs if self.central else obs).squeeze(-1)
 
-    def _dists(self, obs: torch.Tensor):
+    def _dists(self, obs: torch.Tensor, masks: torch.Tensor | None = None):
         out = self.actor(obs)
         if self.head.kind == "box":
             return Normal(out, self.log_std.exp().expand_as(out))
+        if masks is not None and masks.shape[-1] > 0:
+            # Illegal actions get a large negative logit: zero probability, finite gradients.
+            out = torch.where(masks > 0, out, torch.full_like(out, -1e8))
         return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
 
-    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability and entropy ``[B]`` of ``actions [B, dim]``."""
-        d = self._dists(obs)
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor,
+                         masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability and entropy ``[B]`` of ``actions [B, dim]``; ``masks [B, logits]`` or None."""
+        d = self._dists(obs, masks)
         if self.head.kind == "box":
             return d.log_prob(actions).sum(-1), d.entropy().sum(-1)
         logp = sum(di.log_prob(actions[:, i].long()) for i, di in enumerate(d))
@@ -101,7 +107,8 @@ class ActorCritic(nn.Module):
         return logp, ent  # type: ignore[return-value]
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, masks: torch.Tensor | None = None,
+            critic_obs: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``."""
         if self.head.kind == "box":
             # Written out rather than through torch.distributions.Normal: this runs once per env
@@ -110,11 +117,11 @@ class ActorCritic(nn.Module):
             a = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
             logp = (-0.5 * ((a - mean) / log_std.exp()) ** 2 - log_std - _HALF_LOG_2PI).sum(-1)
         else:
-            d = self._dists(obs)
+            d = self._dists(obs, masks)
             parts = [di.probs.argmax(-1) if deterministic else di.sample() for di in d]
             logp = sum(di.log_prob(p) for di, p in zip(d, parts))
             a = torch.stack(parts, dim=-1).float()
-        v = self.value(obs)
+        v = self.value(obs, critic_obs)
         return a.numpy(), logp.numpy(), v.numpy()  # type: ignore[union-attr]
 
 

@@ -114,7 +114,8 @@ class RewardScaler:
     """Scales rewards by the std of the discounted return, as in Engstrom et al. 2020
     ("Implementation Matters", arXiv:2005.12729) and Gymnasium's NormalizeReward.
 
-    One per worker: ``returns`` holds each env's running discounted return.
+    One per worker (and layer). ``returns[slot]`` is the running discounted return of one env
+    copy, or of one agent lane of a hierarchy layer; slots are allocated as they appear.
     """
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, enabled: bool = True):
@@ -126,13 +127,21 @@ class RewardScaler:
         self.delta = RunningStats(())  # for scope "global": the part not yet merged
 
     def __call__(self, rewards: np.ndarray, episode_end: np.ndarray) -> np.ndarray:
+        return self.scale(np.arange(len(rewards)), rewards, episode_end)
+
+    def scale(self, slots: np.ndarray, rewards: np.ndarray, episode_end: np.ndarray,
+              gamma: np.ndarray | float | None = None) -> np.ndarray:
+        """Scale ``rewards`` of ``slots``; ``gamma`` per reward (an upper layer's gamma**steps)."""
         if not self.enabled:
             return np.asarray(rewards, dtype=np.float32)
-        self.returns = self.returns * self.gamma + rewards
-        self.stats.update(self.returns)
-        self.delta.update(self.returns)
-        self.returns[episode_end] = 0.0
-        scaled = rewards / self.stats.std()
+        if len(slots) and slots.max() >= len(self.returns):
+            self.returns = np.concatenate([self.returns, np.zeros(slots.max() + 1 - len(self.returns))])
+        g = self.gamma if gamma is None else gamma
+        self.returns[slots] = self.returns[slots] * g + rewards
+        self.stats.update(self.returns[slots])
+        self.delta.update(self.returns[slots])
+        self.returns[slots[np.asarray(episode_end, bool)]] = 0.0
+        scaled = np.asarray(rewards) / self.stats.std()
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
 
     def take_delta(self) -> RunningStats:

@@ -12,8 +12,8 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
                    value_clip: float | None, vf_coeff: float, entropy_coeff: float,
                    normalize: bool = True) -> LossTerms:
     """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples."""
-    logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions)
-    values = policy.value(mb.obs)
+    logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks)
+    values = policy.value(mb.obs, mb.critic_obs)
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
     return ppo_loss(logp, mb.logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
                     value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff)

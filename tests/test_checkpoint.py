@@ -18,17 +18,19 @@ def test_resume_restores_identical_weights_optimizer_and_counters(tmp_path):
     assert summary["env_steps"] == 512 and summary["updates"] == 2
     saved = load_checkpoint(latest_checkpoint(tmp_path / "run"))
     group_state = saved["groups"]["control"]
+    group_state = {"learner": group_state["learners"]["control"], "workers": group_state["workers"]}
 
     longer = validate(tiny_config(train={"total_env_steps": 1024}))
     second = Trainer(longer, tmp_path / "run", resume=True, quiet=True)
     second.setup()
-    now = second.group.get_state()
+    now = second.groups[0].get_state()
+    now = {"learner": now["learners"]["control"], "workers": now["workers"]}
     for k, v in group_state["learner"]["policy"].items():
         assert torch.equal(now["learner"]["policy"][k], v)
     assert now["learner"]["optimizer"]["state"][0]["step"] == group_state["learner"]["optimizer"]["state"][0]["step"]
     for key in ("version", "env_steps", "updates", "obs_stats", "reward_stats", "rng"):
         assert now["learner"][key] == group_state["learner"][key]
-    assert [w["reward_stats"] for w in now["workers"]] == [w["reward_stats"] for w in group_state["workers"]]
+    assert [w["reward"] for w in now["workers"]] == [w["reward"] for w in group_state["workers"]]
     second.metrics.close()
 
 

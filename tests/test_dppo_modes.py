@@ -16,11 +16,11 @@ from hdppo.policies.ppo_update import average_gradients
 def _setup(env=None):
     cfg = validate(tiny_config(**({"env": env} if env else {})))
     svc = ParameterService()
-    workers = [RolloutWorker(cfg, 0, i, 2, svc) for i in range(2)]
+    workers = [RolloutWorker(cfg, ["control"], i, 2, svc) for i in range(2)]
     learner = Learner(cfg, 0, workers[0].pool.obs_dim, workers[0].pool.action_space, svc)
     for w in workers:
-        w.policy.requires_grad_(True)
-    rollouts = [w.sample() for w in workers]
+        w.policies["control"].requires_grad_(True)
+    rollouts = [w.sample()["control"] for w in workers]
     return cfg, learner, workers, rollouts
 
 
@@ -48,7 +48,7 @@ def test_dppo_gradient_equals_central_gradient_continuous_minibatch():
     parts = [w.gradient(learner.weights(), 2, 1, 4, mean, std, 0.005) for w in workers]
     pieces = []
     for w, r in zip(workers, rollouts):
-        perm = np.random.default_rng((w.cfg.train.seed, w.index, w.version, 2)).permutation(len(r.batch))
+        perm = np.random.default_rng((w.cfg.train.seed, w.index, w.versions["control"], 2)).permutation(len(r.batch))
         pieces.append(r.batch.take(np.array_split(perm, 4)[1]))
     central = learner.gradient(Batch.concat(pieces), mean, std, 0.005)
     _assert_same(average_gradients([p[0] for p in parts], [p[1] for p in parts]), central)
@@ -73,9 +73,10 @@ def test_both_modes_run_a_full_group_update():
                                             "dppo": {"mode": mode, "num_workers": 2, "num_envs_per_worker": 2,
                                                      "train_batch_size": 256}}]))
         svc = ParameterService()
-        group = DPPOGroup(cfg, 0, LocalBackend(), svc, 4, __import__("gymnasium").spaces.Discrete(2), 2, 2.0)
+        dims = {"control": {"obs_dim": 4, "action_space": __import__("gymnasium").spaces.Discrete(2)}}
+        group = DPPOGroup(cfg, ["control"], LocalBackend(), svc, dims, 2, 2.0)
         before = svc.latest("control")["weights"][0]
-        out = group.iteration()
+        out = group.iteration()["control"]
         after = svc.latest("control")
         assert after["version"] == 1 and out["_env_steps"] == 256
         assert out["perf/sgd_steps"] == 2 * 4

@@ -32,7 +32,7 @@ def test_cartpole_through_ray_reaches_threshold(ray_session, tmp_path, mode):
         summary = trainer.train()
     finally:
         trainer.shutdown()
-    assert summary["eval_return_mean"] >= 300, summary  # random play scores about 20
+    assert summary["eval_return_mean"] >= 200, summary  # random play scores about 20
 
     rows = M.read_jsonl(tmp_path / mode / "metrics.jsonl")
     tags = {r["tag"] for r in rows}

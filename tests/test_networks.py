@@ -66,14 +66,14 @@ def test_reward_scope_global_merges_and_worker_scope_does_not(tmp_path):
         cfg = validate(tiny_config(layers=[{"normalization": {"reward_scope": scope}, "ppo": {"minibatch_size": 64},
                                             "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 256}}]))
         svc = ParameterService()
-        workers = [RolloutWorker(cfg, 0, i, 2, svc) for i in range(2)]
+        workers = [RolloutWorker(cfg, ["control"], i, 2, svc) for i in range(2)]
         learner = Learner(cfg, 0, 4, gym.spaces.Discrete(2), svc)
         learner.update_central(*[w.sample() for w in workers])
         merged = learner.reward_stats.count
         workers[0].sample()
         if scope == "global":
             assert merged == 256  # both workers' return statistics reached the learner
-            assert workers[0].reward_scaler.stats.count == 256 + 128  # adopted the pool's, then its own
+            assert workers[0].scalers['control'].stats.count == 256 + 128  # adopted the pool's, then its own
         else:
             assert merged == 0
-            assert workers[0].reward_scaler.stats.count == 256  # only its own two rollouts
+            assert workers[0].scalers['control'].stats.count == 256  # only its own two rollouts

@@ -1,0 +1,212 @@
+"""One multi-agent interface over Gymnasium, PettingZoo (parallel and AEC) and RLlib envs.
+
+The hierarchy runner sees every env as a PettingZoo-style parallel env: dicts keyed by agent
+name. A Gymnasium env is one agent, ``agent_0``. A PettingZoo AEC env goes through PettingZoo's
+own ``aec_to_parallel``. An RLlib ``MultiAgentEnv`` has its ``__all__`` keys folded away.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from hdppo.platform.errors import EnvError
+
+SINGLE_AGENT = "agent_0"
+
+
+class MultiAgentAdapter:
+    """``reset(seed) -> obs``; ``step(actions) -> (obs, rewards, terminated, truncated, infos)``;
+    all dicts keyed by live agent. ``agents`` lists the live agents."""
+
+    name: str
+    possible_agents: list[str] | None
+
+    def observation_space(self, agent: str) -> gym.Space: ...
+    def action_space(self, agent: str) -> gym.Space: ...
+    def reset(self, seed: int | None = None) -> dict[str, Any]: ...
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]: ...
+    def state(self) -> np.ndarray: ...
+    def close(self) -> None: ...
+
+    @property
+    def agents(self) -> list[str]: ...
+
+
+class GymnasiumAdapter(MultiAgentAdapter):
+    def __init__(self, env: gym.Env, name: str):
+        self.env, self.name = env, name
+        self.possible_agents = [SINGLE_AGENT]
+        self._live: list[str] = []
+        self._last_obs: Any = None
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.env.observation_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.env.action_space
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self._live)
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        obs, _ = self.env.reset(seed=seed)
+        self._live = [SINGLE_AGENT]
+        self._last_obs = obs
+        return {SINGLE_AGENT: obs}
+
+    def step(self, actions: dict[str, Any]):
+        obs, r, term, trunc, info = self.env.step(actions[SINGLE_AGENT])
+        if term or trunc:
+            self._live = []
+        self._last_obs = obs
+        a = SINGLE_AGENT
+        return {a: obs}, {a: float(r)}, {a: bool(term)}, {a: bool(trunc)}, {a: info}
+
+    def state(self) -> np.ndarray:
+        fn = getattr(self.env.unwrapped, "state", None)
+        if callable(fn):
+            return np.asarray(fn(), dtype=np.float32)
+        return gym.spaces.flatten(self.env.observation_space, self._last_obs).astype(np.float32)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelAdapter(MultiAgentAdapter):
+    """A PettingZoo ``ParallelEnv`` (or an AEC env converted by PettingZoo)."""
+
+    def __init__(self, env: Any, name: str):
+        self.env, self.name = env, name
+        self.possible_agents = list(getattr(env, "possible_agents", []) or []) or None
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.env.action_space(agent)
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self.env.agents)
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        out = self.env.reset(seed=seed)
+        return out[0] if isinstance(out, tuple) else out
+
+    def step(self, actions: dict[str, Any]):
+        obs, rew, term, trunc, infos = self.env.step(actions)
+        return obs, {a: float(r) for a, r in rew.items()}, term, trunc, infos
+
+    def state(self) -> np.ndarray:
+        try:
+            return np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
+        except NotImplementedError:
+            raise EnvError(f"env {self.name!r} has no state(); a layer with observation.source 'state' or a "
+                           "centralized critic needs it. Use observation.source 'env' or a 'module:function' view.") from None
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class RLlibAdapter(MultiAgentAdapter):
+    """An RLlib ``MultiAgentEnv`` (new API: ``reset -> (obs, infos)``, five-dict ``step``)."""
+
+    def __init__(self, env: Any, name: str):
+        self.env, self.name = env, name
+        self.possible_agents = list(getattr(env, "possible_agents", []) or []) or None
+        self._live: list[str] = []
+
+    def observation_space(self, agent: str) -> gym.Space:
+        fn = getattr(self.env, "get_observation_space", None)
+        return fn(agent) if callable(fn) else self.env.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gym.Space:
+        fn = getattr(self.env, "get_action_space", None)
+        return fn(agent) if callable(fn) else self.env.action_spaces[agent]
+
+    @property
+    def agents(self) -> list[str]:
+        return list(self._live)
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        obs, _ = self.env.reset(seed=seed)
+        self._live = list(obs)
+        return obs
+
+    def step(self, actions: dict[str, Any]):
+        obs, rew, term, trunc, infos = self.env.step(actions)
+        all_done = term.get("__all__", False) or trunc.get("__all__", False)
+        done = {a for a in self._live if term.get(a, False) or trunc.get(a, False)}
+        self._live = [] if all_done else [a for a in dict.fromkeys([*self._live, *obs]) if a not in done]
+        keys = set(obs) | set(rew)
+        strip = lambda d: {k: v for k, v in d.items() if k != "__all__"}  # noqa: E731
+        term_d = {a: bool(term.get(a, term.get("__all__", False))) for a in keys}
+        trunc_d = {a: bool(trunc.get(a, trunc.get("__all__", False))) and not term_d[a] for a in keys}
+        return strip(obs), {a: float(r) for a, r in strip(rew).items()}, term_d, trunc_d, strip(infos)
+
+    def state(self) -> np.ndarray:
+        raise EnvError(f"env {self.name!r} (RLlib MultiAgentEnv) has no state(); use observation.source 'env'.")
+
+    def close(self) -> None:
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()
+
+
+def adapt(env: Any, name: str, env_type: str) -> MultiAgentAdapter:
+    """Wrap a made env by its declared type, checking that it is what the config says."""
+    if env_type == "gymnasium":
+        if not isinstance(env, gym.Env):
+            raise EnvError(f"env {name!r}: type 'gymnasium' but the factory returned {type(env).__name__}. "
+                           "Set env.type to 'pettingzoo' or 'rllib', or return a gymnasium.Env.")
+        return GymnasiumAdapter(env, name)
+    if env_type == "pettingzoo":
+        from pettingzoo import AECEnv, ParallelEnv
+        from pettingzoo.utils.conversions import aec_to_parallel
+
+        if isinstance(env, AECEnv):
+            return ParallelAdapter(aec_to_parallel(env), name)
+        if isinstance(env, ParallelEnv) or hasattr(env, "possible_agents"):
+            return ParallelAdapter(env, name)
+        raise EnvError(f"env {name!r}: type 'pettingzoo' but the factory returned {type(env).__name__}, "
+                       "neither a ParallelEnv nor an AECEnv.")
+    if env_type == "rllib":
+        from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+        if not isinstance(env, MultiAgentEnv):
+            raise EnvError(f"env {name!r}: type 'rllib' but the factory returned {type(env).__name__}, "
+                           "not a ray.rllib MultiAgentEnv.")
+        return RLlibAdapter(env, name)
+    raise EnvError(f"env.type {env_type!r} is not one of gymnasium, pettingzoo, rllib.")
+
+
+def make_multi_agent(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
+                     max_episode_steps: int | None) -> MultiAgentAdapter:
+    """Make and adapt one env. PettingZoo ids are module paths ('pettingzoo.classic.tictactoe_v3')."""
+    from hdppo.envs.loading import make_gym_env, resolve_entry_point
+
+    name = env_id or entry_point or "env"
+    if env_type == "gymnasium":
+        return adapt(make_gym_env(env_id, entry_point, kwargs, max_episode_steps), name, env_type)
+    factory: Callable[..., Any]
+    if entry_point is not None:
+        factory = resolve_entry_point(entry_point)
+    else:
+        import importlib
+
+        try:
+            module = importlib.import_module(env_id)  # type: ignore[arg-type]
+        except ImportError as exc:
+            raise EnvError(f"env id {env_id!r}: cannot import it as a module ({exc}). For PettingZoo give the "
+                           "module path, e.g. 'pettingzoo.classic.tictactoe_v3', or an entry_point.") from None
+        factory = getattr(module, "parallel_env", None) or getattr(module, "env", None)
+        if factory is None:
+            raise EnvError(f"env id {env_id!r}: the module has neither parallel_env() nor env().")
+    try:
+        env = factory(**kwargs)
+    except TypeError as exc:
+        raise EnvError(f"env {name!r} rejected its arguments ({exc}). Check env.kwargs in the config.") from None
+    return adapt(env, name, env_type)

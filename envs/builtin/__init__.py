@@ -1,0 +1,1 @@
+"""Built-in environments, written like PettingZoo's."""

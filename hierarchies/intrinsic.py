@@ -1,0 +1,44 @@
+"""Intrinsic (command-following) rewards, by name or ``module:function``.
+
+Each is called every env step for each agent of a layer as
+``fn(command=..., obs=..., next_obs=..., action=..., info=...) -> float``, where ``command`` is
+the command from the layer above as the agent receives it (a one-hot for a discrete command,
+the goal vector for a Box command) and ``obs``/``next_obs``/``info`` are the agent's raw env
+observation before and after the step and its info dict.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+IntrinsicFn = Callable[..., float]
+
+
+def corridor_follow(command: np.ndarray, info: dict, **_) -> float:
+    from hdppo.envs.builtin.corridor import follow_command
+
+    return follow_command(command, info)
+
+
+def ant_velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
+    """exp(-|v - v_cmd|^2 / 0.25) for a command [cos h, sin h] * speed against the torso's
+    planar velocity ``info['x_velocity'], info['y_velocity']`` (Gymnasium's Ant puts them there)."""
+    v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
+    target = np.asarray(command, dtype=np.float64)[:2]
+    return float(np.exp(-np.sum((v - target) ** 2) / 0.25))
+
+
+NAMED: dict[str, IntrinsicFn] = {"corridor_follow": corridor_follow, "ant_velocity_tracking": ant_velocity_tracking}
+
+
+def resolve(name: str) -> IntrinsicFn:
+    if name in NAMED:
+        return NAMED[name]
+    from hdppo.platform.errors import ConfigError
+
+    if ":" not in name:
+        raise ConfigError(f"intrinsic_fn {name!r} is not a named reward ({', '.join(NAMED)}) nor 'module:function'.")
+    from hdppo.envs.loading import resolve_entry_point
+
+    return resolve_entry_point(name)

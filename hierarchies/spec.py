@@ -1,0 +1,197 @@
+"""The runtime shape of a hierarchy: for each layer its lanes (the agents it acts for), their
+members among the env's agents, who commands whom, and the sizes of observations and actions.
+
+Built once from the config and a probe env; everything here is plain data, so the workers and
+the learners agree on sizes without talking to each other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from hdppo.envs.adapters import MultiAgentAdapter
+from hdppo.platform.config import Config, LayerConfig, SquadsSpec
+from hdppo.platform.errors import ConfigError, EnvError
+
+BOTTOM_LANES = None  # the bottom layer's lanes are the env's live agents, one lane each
+
+
+@dataclass
+class LayerSpec:
+    name: str
+    index: int
+    cfg: LayerConfig
+    every: int                       # acts every `every` env steps (product of periods at and below)
+    lanes: list[str] | None          # fixed lanes of an upper layer; None for the bottom layer
+    members: dict[str, list[str] | None] = field(default_factory=dict)  # lane -> env agents (None: all live)
+    obs_dim: int = 0                 # policy input width (env part + command + agent id)
+    critic_dim: int | None = None
+    action_space: gym.Space | None = None
+    mask_dim: int = 0
+    command_in: int = 0              # width of the command received from above
+    agent_ids: list[str] = field(default_factory=list)
+    obs_fn: Callable[..., np.ndarray] | None = None
+
+    @property
+    def bottom(self) -> bool:
+        return self.lanes is None
+
+
+def command_space(layer: LayerConfig) -> gym.Space:
+    a = layer.action
+    if a.type == "discrete":
+        return gym.spaces.Discrete(int(a.n))  # type: ignore[arg-type]
+    if a.type == "multidiscrete":
+        return gym.spaces.MultiDiscrete(a.nvec)
+    return gym.spaces.Box(np.asarray(a.low, np.float32), np.asarray(a.high, np.float32))
+
+
+def command_vector(layer: LayerConfig, action: np.ndarray) -> np.ndarray:
+    """A layer's action as the layer below receives it: one-hot(s), or the clipped goal."""
+    a = layer.action
+    if a.type == "box":
+        return np.clip(action, a.low, a.high).astype(np.float32)
+    nvec = [a.n] if a.type == "discrete" else a.nvec
+    out = np.zeros(sum(nvec), np.float32)  # type: ignore[arg-type]
+    offset = 0
+    for k, n in enumerate(nvec):  # type: ignore[union-attr]
+        out[offset + int(action[k])] = 1.0
+        offset += n
+    return out
+
+
+def split_obs(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """Flat observation, and the action mask when the observation is {observation, action_mask}."""
+    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+        inner = space.spaces.get("observation")
+        flat = gym.spaces.flatten(inner, obs["observation"]) if inner is not None else np.zeros(0)
+        return flat.astype(np.float32, copy=False), np.asarray(obs["action_mask"], np.float32).reshape(-1)
+    return gym.spaces.flatten(space, obs).astype(np.float32, copy=False), None
+
+
+def env_part_dim(space: gym.Space) -> tuple[int, int]:
+    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+        inner = space.spaces.get("observation")
+        return (gym.spaces.flatdim(inner) if inner is not None else 0), int(np.prod(space.spaces["action_mask"].shape))
+    return gym.spaces.flatdim(space), 0
+
+
+def _layer_error(layer: LayerSpec | LayerConfig, field_: str, msg: str) -> ConfigError:
+    name = layer.name
+    return ConfigError(f"layer {name!r}, {field_}: {msg}")
+
+
+def build_spec(cfg: Config, probe: MultiAgentAdapter, first_obs: dict) -> list[LayerSpec]:
+    """Lanes, members and sizes of every layer, checked against a probe env just reset to ``first_obs``."""
+    live = probe.agents
+    known = probe.possible_agents or live
+    specs: list[LayerSpec] = []
+    every = 1
+    periods = [layer.period for layer in cfg.layers]
+    for i in range(len(cfg.layers) - 1, -1, -1):
+        if i < len(cfg.layers) - 1:
+            every *= periods[i]
+        specs.insert(0, LayerSpec(cfg.layers[i].name, i, cfg.layers[i], every if i < len(cfg.layers) - 1 else 1, None))
+    for spec in specs[:-1]:
+        agents = spec.cfg.agents
+        if isinstance(agents, SquadsSpec):
+            spec.lanes = list(agents.squads)
+            spec.members = {k: list(v) for k, v in agents.squads.items()}
+        elif agents == "all":
+            spec.lanes = ["all"]
+            spec.members = {"all": None}
+        else:
+            spec.lanes = ["group"]
+            spec.members = {"group": list(agents)}
+        for lane, members in spec.members.items():
+            for agent in members or []:
+                if agent not in known:
+                    raise _layer_error(spec, "agents", f"{agent!r} is not an agent of env {probe.name!r}; "
+                                       f"its agents are {', '.join(known)}")
+    bottom = specs[-1]
+    if bottom.cfg.agents != "all":
+        controlled = bottom.cfg.agents if isinstance(bottom.cfg.agents, list) else \
+            [a for m in bottom.cfg.agents.squads.values() for a in m]  # type: ignore[union-attr]
+        bottom.members = {a: [a] for a in controlled}
+    # Nesting: every lane of a layer must sit inside one lane of the layer above.
+    for upper, lower in zip(specs[:-1], specs[1:-1]):
+        for lane, members in lower.members.items():
+            parent_lane(upper, members)
+    for spec in specs:
+        _sizes(spec, specs, probe, known, first_obs)
+    return specs
+
+
+def parent_lane(upper: LayerSpec, members: list[str] | None) -> str:
+    """The lane of ``upper`` whose members include ``members`` (an env agent or a squad)."""
+    for lane, up_members in upper.members.items():
+        if up_members is None or (members is not None and set(members) <= set(up_members)):
+            return lane
+    raise _layer_error(upper, "agents", f"no lane contains {members}; squads of a lower layer must lie "
+                       "inside one squad of the layer above")
+
+
+def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: MultiAgentAdapter, known: list[str], first_obs: dict) -> None:
+    layer = spec.cfg
+    above = specs[spec.index - 1] if spec.index > 0 else None
+    spec.command_in = above.cfg.action.command_dim() if (above is not None and layer.observation.command) else 0
+    src = layer.observation.source
+    if spec.bottom:
+        dims = {env_part_dim(probe.observation_space(a)) for a in known}
+        if len(dims) > 1:
+            raise _layer_error(spec, "agents", f"the env's agents have different observation sizes {sorted(dims)}; "
+                               "parameter sharing needs one size. Give them separate hierarchies or pad them.")
+        env_dim, spec.mask_dim = dims.pop()
+        spaces = {repr(probe.action_space(a)) for a in known}
+        if len(spaces) > 1:
+            raise _layer_error(spec, "agents", f"the env's agents have different action spaces ({', '.join(spaces)}); "
+                               "parameter sharing needs one.")
+        spec.action_space = probe.action_space(known[0])
+        if src == "state":
+            env_dim = int(np.asarray(probe.state()).size)
+    else:
+        spec.action_space = command_space(layer)
+        if src == "env":
+            members = [m for lane in spec.lanes for m in (spec.members[lane] or known)]  # type: ignore[union-attr]
+            sizes = [len(spec.members[lane] or known) for lane in spec.lanes]  # type: ignore[union-attr]
+            if len(set(sizes)) > 1:
+                raise _layer_error(spec, "observation.source", f"squads of different sizes {sizes} give observations "
+                                   "of different sizes; use equal squads, 'state' or a 'module:function' view.")
+            if probe.possible_agents is None and any(spec.members[lane] is None for lane in spec.lanes):  # type: ignore[union-attr]
+                raise _layer_error(spec, "observation.source", "'env' needs a fixed list of agents, and this env "
+                                   "creates agents as it runs; use 'state' or a 'module:function' view.")
+            env_dim = sum(env_part_dim(probe.observation_space(m))[0] for m in members) // len(spec.lanes)  # type: ignore[arg-type]
+        elif src == "state":
+            env_dim = int(np.asarray(probe.state()).size)
+    if src not in ("env", "state"):
+        from hdppo.envs.loading import resolve_entry_point
+
+        if ":" not in src:
+            raise _layer_error(spec, "observation.source", f"{src!r} is not 'env', 'state' or 'module:function'.")
+        spec.obs_fn = resolve_entry_point(src)
+        lane = known[0] if spec.bottom else spec.lanes[0]  # type: ignore[index]
+        members = [lane] if spec.bottom else (spec.members[lane] or known)
+        env_dim = int(np.asarray(spec.obs_fn(first_obs, members, probe)).size)
+    if layer.observation.agent_id:
+        spec.agent_ids = list(known) if spec.bottom else list(spec.lanes)  # type: ignore[arg-type]
+        if spec.bottom and probe.possible_agents is None:
+            raise _layer_error(spec, "observation.agent_id", "needs the env's possible_agents, which it does not declare.")
+    spec.obs_dim = int(env_dim) + spec.command_in + len(spec.agent_ids)
+    if layer.policy.central_critic:
+        spec.critic_dim = int(np.asarray(probe.state()).size) + spec.command_in
+
+
+def probe_env(cfg: Config, seed: int) -> tuple[MultiAgentAdapter, list[LayerSpec]]:
+    """Make, reset and inspect one env; the caller closes it."""
+    from hdppo.envs.adapters import make_multi_agent
+
+    e = cfg.env
+    probe = make_multi_agent(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps)
+    try:
+        obs = probe.reset(seed=seed)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's reset is reported the same way
+        raise EnvError(f"env {probe.name!r}: reset() failed: {type(exc).__name__}: {exc}") from None
+    return probe, build_spec(cfg, probe, obs)
