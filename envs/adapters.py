@@ -111,6 +111,59 @@ class ParallelAdapter(MultiAgentAdapter):
         self.env.close()
 
 
+class AECAdapter(MultiAgentAdapter):
+    """A turn-based PettingZoo ``AECEnv`` that cannot be converted to parallel: only the agent
+    whose turn it is acts (it is the one live agent each step); rewards reach every agent."""
+
+    def __init__(self, env: Any, name: str):
+        self.env, self.name = env, name
+        self.possible_agents = list(env.possible_agents)
+        self._over = True
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.env.action_space(agent)
+
+    @property
+    def agents(self) -> list[str]:
+        return [] if self._over else [self.env.agent_selection]
+
+    def _skip_done(self) -> None:
+        # PettingZoo asks a done agent to step with None before the next one can act.
+        while self.env.agents and (self.env.terminations[self.env.agent_selection]
+                                   or self.env.truncations[self.env.agent_selection]):
+            self.env.step(None)
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        self.env.reset(seed=seed)
+        self._over = False
+        return {self.env.agent_selection: self.env.observe(self.env.agent_selection)}
+
+    def step(self, actions: dict[str, Any]):
+        self.env.step(actions[self.env.agent_selection])
+        rew = {a: float(r) for a, r in self.env.rewards.items()}
+        term = {a: bool(t) for a, t in self.env.terminations.items()}
+        trunc = {a: bool(t) and not term[a] for a, t in self.env.truncations.items()}
+        infos = {a: dict(i) for a, i in self.env.infos.items()}
+        self._over = all(term[a] or trunc[a] for a in term)
+        if not self._over:
+            self._skip_done()
+            self._over = not self.env.agents
+        obs = {} if self._over else {self.env.agent_selection: self.env.observe(self.env.agent_selection)}
+        return obs, rew, term, trunc, infos
+
+    def state(self) -> np.ndarray:
+        try:
+            return np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
+        except NotImplementedError:
+            raise EnvError(f"env {self.name!r} has no state(); use observation.source 'env'.") from None
+
+    def close(self) -> None:
+        self.env.close()
+
+
 class RLlibAdapter(MultiAgentAdapter):
     """An RLlib ``MultiAgentEnv`` (new API: ``reset -> (obs, infos)``, five-dict ``step``)."""
 
@@ -168,7 +221,10 @@ def adapt(env: Any, name: str, env_type: str) -> MultiAgentAdapter:
         from pettingzoo.utils.conversions import aec_to_parallel
 
         if isinstance(env, AECEnv):
-            return ParallelAdapter(aec_to_parallel(env), name)
+            # PettingZoo's own conversion where it is safe; turn-based games stay turn-based.
+            if env.metadata.get("is_parallelizable", False):
+                return ParallelAdapter(aec_to_parallel(env), name)
+            return AECAdapter(env, name)
         if isinstance(env, ParallelEnv) or hasattr(env, "possible_agents"):
             return ParallelAdapter(env, name)
         raise EnvError(f"env {name!r}: type 'pettingzoo' but the factory returned {type(env).__name__}, "

@@ -101,13 +101,15 @@ class Trainer:
             if not any(name in g for g in layer_groups):
                 self.fixed[name] = Learner(self.cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                            self.service, self.backend.name, dims[name].get("critic_dim"))
+        # Groups run at the same time, so each is sized on its share of the cluster's CPUs.
+        share = total_cpus / max(len(layer_groups), 1)
         for names in layer_groups:
             d = self.cfg.layer(names[0]).dppo
-            workers = max(1, min(d.num_workers, int(total_cpus))) if self.backend.name == "ray" else d.num_workers
+            workers = max(1, min(d.num_workers, int(share))) if self.backend.name == "ray" else d.num_workers
             if workers < d.num_workers and not self.quiet:
                 print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
-                      f"(capped at the {total_cpus:g} CPUs Ray reports)", flush=True)
-            self.groups.append(DPPOGroup(self.cfg, names, self.backend, self.service, dims, workers, total_cpus, budget))
+                      f"(capped at its share, {share:g}, of the {total_cpus:g} CPUs Ray reports)", flush=True)
+            self.groups.append(DPPOGroup(self.cfg, names, self.backend, self.service, dims, workers, share, budget))
         self._load_schedule_checkpoints()
         if self.resume:
             state = load_checkpoint(latest_checkpoint(self.run_dir))  # type: ignore[arg-type]

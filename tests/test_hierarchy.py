@@ -1,0 +1,263 @@
+"""Hierarchy spec, period alignment, episode ends, multi-agent adapters, frozen layers, learning."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, tiny_config
+from hdppo.hierarchies.recorder import LayerRecorder
+from hdppo.hierarchies.runner import HierarchyRunner
+from hdppo.hierarchies.spec import probe_env
+from hdppo.platform.config import load_config, validate
+from hdppo.platform.errors import ConfigError
+from hdppo.platform.rollout_worker import make_adapter_fn
+from hdppo.platform.trainer import Trainer
+from hdppo.policies.networks import ActorCritic
+from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler
+
+CORRIDOR = {"type": "pettingzoo", "entry_point": "hdppo.envs.builtin.corridor:parallel_env",
+            "kwargs": {"num_agents": 1, "length": 9, "max_steps": 24}}
+
+
+def two_layers(**over):
+    layers = [
+        {"name": "strategy", "period": 4, "observation": {"source": "state"}, "action": {"type": "discrete", "n": 2},
+         "ppo": {"lr": 1e-3, "num_epochs": 4, "minibatch_size": 64},
+         "dppo": {"num_workers": 1, "num_envs_per_worker": 8, "train_batch_size": 256}},
+        {"name": "control", "reward": {"env": 1.0, "intrinsic": 0.1, "intrinsic_fn": "corridor_follow"},
+         "ppo": {"gamma": 0.9, "lr": 1e-3, "num_epochs": 4, "minibatch_size": 128},
+         "dppo": {"num_workers": 1, "num_envs_per_worker": 8, "train_batch_size": 512}},
+    ]
+    return tiny_config(env=CORRIDOR, layers=layers, **over)
+
+
+# -- spec validation ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda c: c["layers"][0].update(period=0), r"layers\[0\].period"),
+    (lambda c: c["layers"][1].update(period=2), r"bottom layer acts every env step"),
+    (lambda c: c["layers"][0].update(action={"type": "env"}), r"layers\[0\] \(strategy\).action: only the bottom"),
+    (lambda c: c["layers"][0].update(action={"type": "discrete"}), r"needs n"),
+    (lambda c: c["layers"][0].update(action={"type": "box", "low": [0], "high": [float("inf")]}), r"finite bounds"),
+    (lambda c: c["layers"][1].update(observation={"command": False}, reward={"env": 1.0}), r"cannot take this command"),
+    (lambda c: c["layers"][0].update(agents={"squads": {"a": ["walker_0"], "b": ["walker_0"]}}), r"'walker_0' is in two squads"),
+    (lambda c: c["layers"][1].update(name="strategy"), r"names must be unique"),
+    (lambda c: c["layers"][1].update(schedule={"start_after": {"layer": "nope", "env_steps": 5}}), r"start_after.layer"),
+    (lambda c: c.update(groups=[["strategy"], ["strategy", "control"]]), r"is in groups 0 and 1"),
+])
+def test_inconsistent_hierarchies_name_layer_and_field(mutate, match):
+    cfg = two_layers()
+    mutate(cfg)
+    with pytest.raises(ConfigError, match=match):
+        validate(cfg)
+
+
+def test_unknown_agent_is_named_against_the_env():
+    cfg = validate(two_layers())
+    cfg.layers[0].agents = ["walker_9"]
+    with pytest.raises(ConfigError, match=r"layer 'strategy', agents: 'walker_9' is not an agent"):
+        probe_env(cfg, 0)
+
+
+# -- period alignment on a scripted env ---------------------------------------------------------
+
+def _runner(cfg, recorded, num_envs=1):
+    probe, specs = probe_env(cfg, 0)
+    probe.close()
+    pols = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
+    norms = {s.name: ObservationNormalizer((s.obs_dim,), enabled=False) for s in specs}
+    recs = {name: LayerRecorder(cfg.layer(name).ppo.gamma, 0.95, cfg.layer(name).reward.discount == "smdp",
+                                RewardScaler(0, cfg.layer(name).ppo.gamma, enabled=False)) for name in recorded}
+    return HierarchyRunner(specs, make_adapter_fn(cfg), num_envs, 0, pols, norms, recs), recs
+
+
+@pytest.mark.parametrize("discount", ["smdp", "decision"])
+def test_upper_layer_transitions_align_to_period_and_sum_rewards(discount):
+    # Countdown env: reward 1 per step, truncated at 10 steps; strategy acts every 4 steps.
+    cfg = validate(tiny_config(
+        env={"type": "gymnasium", "entry_point": "scripted_envs:countdown", "max_episode_steps": 10},
+        layers=[{"name": "strategy", "period": 4, "observation": {"source": "env"}, "action": {"type": "discrete", "n": 2},
+                 "reward": {"discount": discount}, "ppo": {"gamma": 0.5, "minibatch_size": 4}},
+                {"name": "control", "ppo": {"minibatch_size": 4}}]))
+    runner, recs = _runner(cfg, ["strategy", "control"])
+    for _ in range(10):
+        runner.step()
+    seq = recs["strategy"].closed[(0, "all")]
+    assert [t.steps for t in seq] == [4, 4, 2]            # the episode end closes the last one early
+    assert [t.end for t in seq] == [False, False, True] and not seq[-1].terminated  # truncated
+    assert seq[-1].final is not None                     # bootstrapped from the true final state
+    if discount == "smdp":
+        assert seq[0].reward == pytest.approx(1 + 0.5 + 0.25 + 0.125) and seq[0].gamma == pytest.approx(0.5**4)
+        assert seq[2].gamma == pytest.approx(0.5**2)
+    else:
+        assert seq[0].reward == pytest.approx(4.0) and seq[0].gamma == pytest.approx(0.5)
+    control = recs["control"].closed[(0, "agent_0")]
+    assert len(control) == 10 and all(t.steps == 1 for t in control) and control[-1].end
+    assert not recs["strategy"].pending and not recs["control"].pending  # every layer closed at the end
+
+
+def test_open_transition_carries_into_next_rollout_and_bootstraps():
+    cfg = validate(tiny_config(
+        env={"type": "gymnasium", "entry_point": "scripted_envs:countdown", "max_episode_steps": 50},
+        layers=[{"name": "strategy", "period": 4, "observation": {"source": "env"}, "action": {"type": "discrete", "n": 2},
+                 "ppo": {"minibatch_size": 2}}, {"name": "control", "ppo": {"minibatch_size": 2}}]))
+    runner, recs = _runner(cfg, ["strategy"])
+    for _ in range(6):  # decisions at 0 and 4: one closed, one open
+        runner.step()
+    rec = recs["strategy"]
+    pending_value = rec.pending[(0, "all")].value
+    batch, sums = rec.harvest(lambda o, c: np.zeros(len(o)))
+    assert len(batch) == 1 and sums["steps"] == 4
+    closed_value = batch.values[0]
+    # GAE with the open transition's value as V(next decision state): adv = R + gamma^4 V' - V
+    r = sum(0.99**k for k in range(4))
+    assert batch.advantages[0] == pytest.approx(r + 0.99**4 * pending_value - closed_value, rel=1e-4)
+    assert (0, "all") in rec.pending  # still open: its reward is not cut in two
+
+
+# -- PettingZoo adapters ------------------------------------------------------------------------
+
+def test_pettingzoo_generated_agents_of_different_sizes_are_refused_clearly():
+    """PettingZoo's own generated-agents env creates agents of three types with different sizes."""
+    cfg = validate(tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.test.example_envs.generated_agents_parallel_v0"},
+                               layers=[{"name": "control", "ppo": {"minibatch_size": 32}}]))
+    with pytest.raises(ConfigError, match="layer 'control', agents: the env's agents have different observation sizes"):
+        probe_env(cfg, 0)
+
+
+def test_agents_that_die_mid_episode_close_their_own_lane_only():
+    cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 3, "length": 3, "max_steps": 30}},
+                               layers=[{"name": "control", "ppo": {"minibatch_size": 4}}]))
+    runner, recs = _runner(cfg, ["control"])
+    rec = recs["control"]
+    partial = False
+    for _ in range(200):
+        live_before = set(runner.copies[0].env.agents)
+        runner.step()
+        live = set(runner.copies[0].env.agents)
+        if live and live < live_before:  # someone left, the episode goes on
+            partial = True
+            gone = live_before - live
+            for agent in gone:
+                assert rec.closed[(0, agent)][-1].end and rec.closed[(0, agent)][-1].terminated
+                assert (0, agent) not in rec.pending
+            for agent in live:
+                assert (0, agent) in rec.pending
+    assert partial
+    batch, _ = rec.harvest(lambda o, c: np.zeros(len(o)))
+    assert np.isfinite(batch.advantages).all()
+
+
+def test_aec_env_with_action_masks_is_converted_and_masks_are_honoured():
+    """PettingZoo's tic-tac-toe (AEC, Dict observations with action_mask)."""
+    from pettingzoo.utils.conversions import aec_to_parallel  # noqa: F401 - the conversion the adapter uses
+
+    cfg = validate(tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.classic.tictactoe_v3"},
+                               layers=[{"name": "control", "ppo": {"minibatch_size": 32}}]))
+    probe, specs = probe_env(cfg, 0)
+    assert specs[0].mask_dim == 9
+    runner, recs = _runner(cfg, ["control"])
+    for _ in range(40):  # illegal moves would end the game with a penalty and a warning; none may happen
+        runner.step()
+    batch, _ = recs["control"].harvest(lambda o, c: np.zeros(len(o)))
+    chosen = batch.actions[:, 0].astype(int)
+    assert (batch.masks[np.arange(len(batch)), chosen] == 1).all()
+    # The loss sees the same mask: masked actions have (numerically) zero probability.
+    policy = runner.policies["control"]
+    logits_mask = torch.as_tensor(batch.masks)
+    logp, _ = policy.log_prob_entropy(torch.as_tensor(batch.obs), torch.as_tensor(batch.actions), logits_mask)
+    assert torch.isfinite(logp).all()
+    illegal = (batch.masks == 0).argmax(1)
+    has_illegal = (batch.masks == 0).any(1)
+    lp_illegal, _ = policy.log_prob_entropy(torch.as_tensor(batch.obs[has_illegal]),
+                                            torch.as_tensor(illegal[has_illegal, None].astype(np.float32)),
+                                            logits_mask[has_illegal])
+    assert (lp_illegal < -1e6).all()
+
+
+def test_parameter_sharing_with_agent_ids_and_central_critic():
+    cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 3}},
+                               layers=[{"name": "control", "observation": {"agent_id": True},
+                                        "policy": {"central_critic": True}, "ppo": {"minibatch_size": 32}}]))
+    probe, specs = probe_env(cfg, 0)
+    s = specs[0]
+    assert s.obs_dim == 9 + 3 and s.critic_dim == 2 + 3 * 9
+    runner, recs = _runner(cfg, ["control"])
+    for _ in range(5):
+        runner.step()
+    batch, _ = recs["control"].harvest(lambda o, c: np.zeros(len(o)))
+    assert batch.critic_obs.shape[1] == s.critic_dim
+    assert set(np.argmax(batch.obs[:, 9:], 1)) == {0, 1, 2}  # one policy, three agent ids
+
+
+def test_squads_get_their_own_commands():
+    cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 4}}, layers=[
+        {"name": "squad", "period": 2, "agents": {"squads": {"a": ["walker_0", "walker_1"], "b": ["walker_2", "walker_3"]}},
+         "observation": {"source": "env"}, "action": {"type": "discrete", "n": 2}, "ppo": {"minibatch_size": 4}},
+        {"name": "control", "ppo": {"minibatch_size": 4}}]))
+    probe, specs = probe_env(cfg, 0)
+    assert specs[0].lanes == ["a", "b"] and specs[0].obs_dim == 2 * 9
+    runner, recs = _runner(cfg, ["squad"])
+    runner.step()
+    assert set(runner.copies[0].commands["squad"]) == {"a", "b"}
+
+
+# -- training -----------------------------------------------------------------------------------
+
+def test_frozen_layer_stays_bit_identical(tmp_path):
+    cfg = two_layers(train={"total_env_steps": 3000, "checkpoint_every": 100, "eval_episodes": 1})
+    cfg["layers"][0]["schedule"] = {"mode": "frozen"}
+    trainer = Trainer(validate(cfg), tmp_path / "run", quiet=True)
+    trainer.setup()
+    before = {k: v.clone() for k, v in trainer.fixed["strategy"].policy.state_dict().items()}
+    trainer.metrics.close()
+    trainer2 = Trainer(validate(cfg), tmp_path / "run2", quiet=True)
+    trainer2.train()
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run2")))
+    for k, v in before.items():
+        assert torch.equal(states["strategy"]["policy"][k], v)
+    assert states["control"]["updates"] > 0 and "strategy" not in {g.name for g in trainer2.groups}
+
+
+def test_staged_start_waits_for_the_other_layer(tmp_path):
+    cfg = two_layers(train={"total_env_steps": 6000, "checkpoint_every": 100, "eval_episodes": 1})
+    cfg["layers"][0]["schedule"] = {"start_after": {"layer": "control", "env_steps": 3000}}
+    seen = []
+    trainer = Trainer(validate(cfg), tmp_path / "run", quiet=True,
+                      hooks=[lambda t, layer, step, m: seen.append((layer, t.groups[1].env_steps))])
+    trainer.train()
+    first_strategy = next(steps for layer, steps in seen if layer == "strategy")
+    assert first_strategy >= 3000
+
+
+@pytest.mark.learning
+def test_two_layer_task_only_the_hierarchy_solves(tmp_path):
+    hier = Trainer(validate(two_layers(train={"total_env_steps": 60_000, "checkpoint_every": 100, "eval_episodes": 20})),
+                   tmp_path / "h", quiet=True).train()
+    flat = Trainer(validate(tiny_config(env=CORRIDOR, layers=[two_layers()["layers"][1] | {"reward": {"env": 1.0}}],
+                                        train={"total_env_steps": 30_000, "checkpoint_every": 100, "eval_episodes": 20})),
+                   tmp_path / "f", quiet=True).train()
+    assert hier["eval_return_mean"] >= 0.9, hier   # reaches the goal (0.97 at best) every time
+    assert flat["eval_return_mean"] < 0.6, flat    # without the goal side it can be right half the time
+
+
+def test_hierarchy_trains_through_ray_with_a_group_per_layer(ray_session, tmp_path):
+    from hdppo.platform import metrics as M
+
+    cfg = validate(two_layers(train={"total_env_steps": 4000, "checkpoint_every": 100, "eval_episodes": 2},
+                              ray={"backend": "ray"}))
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    try:
+        trainer.train()
+        assert [g.layers for g in trainer.groups] == [["strategy"], ["control"]]
+    finally:
+        trainer.shutdown()
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    by_layer = {layer: {r["tag"] for r in rows if r["layer"] == layer} for layer in ("strategy", "control")}
+    assert "charts/commands/0" in by_layer["strategy"] and M.CHART_REWARD_INTRINSIC in by_layer["control"]
+    assert (tmp_path / "run" / "tb" / "strategy").is_dir() and (tmp_path / "run" / "tb" / "control").is_dir()
+
+
+def test_corridor_preset_loads():
+    assert load_config(ROOT / "configs" / "corridor_hierarchy.yaml").hierarchical
