@@ -125,15 +125,12 @@ def hdppo_env_steps_per_s(env_id: str, mode: str, iterations: int, warmup: int, 
     t0 = time.perf_counter()
     try:
         summary = trainer.train()
+        workers = trainer.groups[0].num_workers  # after Ray capped it at the CPUs it reports
     finally:
-        trainer.shutdown()
-        # Trainer.shutdown() kills the learner and workers but not the parameter-service actor.
-        service = getattr(trainer, "service", None)
-        if isinstance(service, ray.actor.ActorHandle):
-            ray.kill(service)
+        trainer.shutdown()  # also kills the parameter-service actor
     out = throughput_from_metrics(run_dir / "metrics.jsonl", warmup)
     out.update({"env_id": env_id, "mode": mode, "iterations": iterations, "warmup": warmup,
-                "num_workers": trainer.num_workers, "total_wall_s_incl_setup_eval": round(time.perf_counter() - t0, 1),
+                "num_workers": workers, "total_wall_s_incl_setup_eval": round(time.perf_counter() - t0, 1),
                 "summary_env_steps": summary["env_steps"],
                 "expected_env_steps": iterations * TRAIN_BATCH})
     return out

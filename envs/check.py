@@ -1,56 +1,137 @@
-"""``hdppo check-env``: the official checker, then a short rollout through hdppo's own env pool."""
+"""``hdppo check-env``: the official checker for the env's API, then a short random rollout
+through hdppo's own adapter, reporting exactly what is wrong."""
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+from hdppo.envs.adapters import adapt
 from hdppo.envs.env_pool import EnvPool
-from hdppo.envs.loading import make_gym_env
+from hdppo.envs.loading import make_gym_env, resolve_entry_point
 from hdppo.platform.errors import EnvError
 
 
-def _resolve(target: str) -> tuple[dict, str]:
+def _make(target: str) -> tuple[Any, str, str, dict]:
+    """(a fresh env, its type, its name, how to make another) for an id, 'module:factory' or config."""
     if target.endswith((".yaml", ".yml")) and Path(target).exists():
+        from hdppo.envs.adapters import make_multi_agent
         from hdppo.platform.config import load_config
 
         e = load_config(target).env
-        return {"env_id": e.id, "entry_point": e.entry_point, "kwargs": e.kwargs,
-                "max_episode_steps": e.max_episode_steps}, target
-    if ":" in target and not target.split(":", 1)[0].endswith("-v"):
-        return {"entry_point": target}, target
-    return {"env_id": target}, target
+        spec = {"env_type": e.type, "env_id": e.id, "entry_point": e.entry_point, "kwargs": e.kwargs,
+                "max_episode_steps": e.max_episode_steps}
+        if e.type == "gymnasium":
+            return make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps), "gymnasium", e.id or e.entry_point, spec  # type: ignore[return-value]
+        adapter = make_multi_agent(**spec)
+        return adapter.env, e.type, adapter.name, spec
+    if ":" in target:
+        env = resolve_entry_point(target)()
+    else:
+        env = make_gym_env(target)
+    kind = "gymnasium" if isinstance(env, gym.Env) else "pettingzoo"
+    return env, kind, target, {}
 
 
 def check_target(target: str, steps: int = 200) -> str:
-    """Run Gymnasium's ``check_env`` and ``steps`` random steps through :class:`EnvPool`.
-
-    Returns a report; raises :class:`EnvError` naming what is wrong.
-    """
-    from gymnasium.utils.env_checker import check_env
-
-    kwargs, name = _resolve(target)
-    env = make_gym_env(**kwargs)
+    """Returns a report; raises :class:`EnvError` naming what is wrong."""
+    env, kind, name, _ = _make(target)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            check_env(env.unwrapped, skip_render_check=True)
-        except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; all mean "broken env"
-            raise EnvError(f"env {name!r} fails Gymnasium's check_env: {type(exc).__name__}: {exc}") from None
-    env.close()
-    pool = EnvPool(lambda: make_gym_env(**kwargs), 2, seed=0, name=name)
-    rng = np.random.default_rng(0)
-    pool.action_space.seed(int(rng.integers(2**31)))
-    episodes = 0
-    for _ in range(steps):
-        res = pool.step([pool.action_space.sample() for _ in range(pool.num_envs)])
-        episodes += len(res.episode_returns)
-    pool.close()
-    lines = [f"env {name!r}: OK",
-             f"  observation_space: {pool.observation_space} (flattened to {pool.obs_dim})",
-             f"  action_space:      {pool.action_space}",
-             f"  check_env:         passed" + (f" with {len(caught)} warning(s)" if caught else ""),
-             f"  rollout:           {steps} steps x 2 copies, {episodes} episodes ended, all outputs finite and in their spaces"]
+            checker = _official_check(env, kind)
+        except EnvError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the checkers raise many kinds; all mean "broken env"
+            raise EnvError(f"env {name!r} fails {_checker_name(env, kind)}: {type(exc).__name__}: {exc}") from None
+    env, kind, name, _ = _make(target)  # the checker consumed the first copy
+    if kind == "gymnasium":
+        env.close()
+        pool = EnvPool(lambda: _make(target)[0], 2, seed=0, name=name)
+        pool.action_space.seed(0)
+        episodes = 0
+        for _ in range(steps):
+            episodes += len(pool.step([pool.action_space.sample() for _ in range(pool.num_envs)]).episode_returns)
+        pool.close()
+        spaces = [f"  observation_space: {pool.observation_space} (flattened to {pool.obs_dim})",
+                  f"  action_space:      {pool.action_space}"]
+    else:
+        adapter = adapt(env, name, "rllib" if _is_rllib(env) else "pettingzoo")
+        episodes = _rollout(adapter, steps)
+        agent = (adapter.possible_agents or adapter.agents or ["?"])[0]
+        spaces = [f"  agents:            {adapter.possible_agents}",
+                  f"  observation_space: {adapter.observation_space(agent)} ({agent})",
+                  f"  action_space:      {adapter.action_space(agent)} ({agent})"]
+        adapter.close()
+    lines = [f"env {name!r}: OK", *spaces,
+             f"  {checker + ':':<19}passed" + (f" with {len(caught)} warning(s)" if caught else ""),
+             f"  rollout:           {steps} random steps through hdppo's adapter, {episodes} episodes ended, "
+             "all outputs finite and in their spaces"]
     lines += [f"  warning: {w.message}" for w in caught]
     return "\n".join(lines)
+
+
+def _is_rllib(env: Any) -> bool:
+    try:
+        from ray.rllib.env.multi_agent_env import MultiAgentEnv
+    except ImportError:
+        return False
+    return isinstance(env, MultiAgentEnv)
+
+
+def _checker_name(env: Any, kind: str) -> str:
+    if kind == "gymnasium":
+        return "check_env"
+    if _is_rllib(env):
+        return "rollout"
+    from pettingzoo import AECEnv
+
+    return "api_test" if isinstance(env, AECEnv) else "parallel_api_test"
+
+
+def _official_check(env: Any, kind: str) -> str:
+    name = _checker_name(env, kind)
+    if name == "check_env":
+        from gymnasium.utils.env_checker import check_env
+
+        check_env(env.unwrapped, skip_render_check=True)
+    elif name == "api_test":
+        from pettingzoo.test import api_test
+
+        api_test(env, num_cycles=50)
+    elif name == "parallel_api_test":
+        from pettingzoo.test import parallel_api_test
+
+        parallel_api_test(env, num_cycles=50)
+    return name
+
+
+def _rollout(adapter, steps: int) -> int:
+    """Random legal actions through the adapter, checking every output against its space."""
+    rng = np.random.default_rng(0)
+    obs = adapter.reset(seed=0)
+    episodes = 0
+    for t in range(steps):
+        for a, o in obs.items():
+            space = adapter.observation_space(a)
+            if not space.contains(o):
+                raise EnvError(f"env {adapter.name!r}: agent {a!r} observation at step {t} is outside its space {space}.")
+        actions = {}
+        for a in adapter.agents:
+            space = adapter.action_space(a)
+            mask = obs.get(a, {}).get("action_mask") if isinstance(obs.get(a), dict) else None
+            if mask is not None and isinstance(space, gym.spaces.Discrete):
+                actions[a] = int(rng.choice(np.flatnonzero(mask)))
+            else:
+                actions[a] = space.sample()
+        obs, rew, _, _, _ = adapter.step(actions)
+        for a, r in rew.items():
+            if not np.isfinite(r):
+                raise EnvError(f"env {adapter.name!r}: agent {a!r} reward at step {t} is {r}; rewards must be finite.")
+        if not adapter.agents:
+            episodes += 1
+            obs = adapter.reset()
+    return episodes

@@ -83,3 +83,14 @@ def countdown_wrong_shape():
 
 def countdown_nan():
     return gym.wrappers.TimeLimit(CountdownEnv(bad="nan_obs"), 10)
+
+
+def corridor_broken():
+    """A PettingZoo env whose observations leave their declared space."""
+    from hdppo.envs.builtin.corridor import CorridorEnv
+
+    class Broken(CorridorEnv):
+        def _obs(self, agent):
+            return np.full(self.length, 7.0, np.float32)  # the space is Box(0, 1)
+
+    return Broken()

@@ -16,3 +16,15 @@ def test_check_env_names_what_is_broken():
         check_target("scripted_envs:countdown_wrong_shape", steps=10)
     with pytest.raises(EnvError, match="non-finite"):
         check_target("scripted_envs:countdown_nan", steps=10)
+
+
+def test_check_env_runs_pettingzoo_checkers_and_a_rollout():
+    report = check_target("hdppo.envs.builtin.corridor:parallel_env", steps=50)
+    assert "parallel_api_test:" in report and "OK" in report
+    report = check_target("pettingzoo.classic.tictactoe_v3:env", steps=50)  # AEC, action masks
+    assert "api_test:" in report and "episodes ended" in report
+
+
+def test_check_env_catches_a_broken_pettingzoo_env():
+    with pytest.raises(EnvError, match="corridor_broken"):
+        check_target("scripted_envs:corridor_broken", steps=20)

@@ -70,8 +70,8 @@ def test_cli_train_eval_and_schema(tmp_path):
 
 @pytest.mark.parametrize("args,match", [
     (["train", "missing.yaml"], "does not exist"),
-    (["train", "configs/default.yaml", "--set", "env.id=NoSuchEnv-v9", "--set", "ray.backend=local"], "not registered"),
-    (["train", "configs/default.yaml", "--set", "layers.0.ppo.clip=3"], "layers[0].ppo.clip"),
+    (["train", "configs/cartpole.yaml", "--set", "env.id=NoSuchEnv-v9", "--set", "ray.backend=local"], "not registered"),
+    (["train", "configs/cartpole.yaml", "--set", "layers.0.ppo.clip=3"], "layers[0].ppo.clip"),
     (["train", "configs/default.yaml", "--address", "127.0.0.1:1"], "nothing answers at Ray address"),
     (["eval", "/nonexistent"], "not an hdppo run dir"),
 ])

@@ -261,3 +261,16 @@ def test_hierarchy_trains_through_ray_with_a_group_per_layer(ray_session, tmp_pa
 
 def test_corridor_preset_loads():
     assert load_config(ROOT / "configs" / "corridor_hierarchy.yaml").hierarchical
+
+
+def test_ant_navigate_env_passes_the_checker_and_runs_two_layers(tmp_path):
+    from gymnasium.utils.env_checker import check_env
+
+    from hdppo.envs.builtin.ant_navigate import make
+
+    check_env(make(), skip_render_check=True)
+    cfg = load_config(ROOT / "configs" / "ant_navigate.yaml",
+                      ["ray.backend=local", "train.total_env_steps=3000", "train.eval_episodes=1",
+                       "layers.navigate.dppo.train_batch_size=64", "layers.walk.dppo.train_batch_size=512"])
+    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+    assert summary["env_steps"] >= 3000 and np.isfinite(summary["eval_return_mean"])

@@ -1,0 +1,85 @@
+"""AntNavigate: MuJoCo's Ant (Gymnasium ``Ant-v5``) must walk to a random goal on the floor.
+
+A Gymnasium env (one agent). The Ant's own observation (105 values, without its x-y position)
+is what a low-level controller needs; ``state()`` carries what a navigator needs: the goal
+relative to the torso, the torso's planar velocity and heading.
+
+| | |
+|---|---|
+| observation | Ant-v5's, Box(105) |
+| action | Ant-v5's, Box(-1, 1, (8,)) |
+| state() | Box(7): goal dx, dy (world frame), distance, vx, vy, cos and sin of the heading |
+| reward | progress toward the goal (previous minus current distance), +10 on arrival |
+| episode | terminates on arrival (distance < ``goal_radius``) or when the Ant is unhealthy; truncated after ``max_steps`` |
+| info | Ant's (``x_velocity``, ``y_velocity``, ...) and ``is_success`` |
+| arguments | ``min_distance=2``, ``max_distance=4``, ``goal_radius=0.5``, ``max_steps=500``, ``goal_in_obs=False`` |
+
+``goal_in_obs=True`` appends ``state()`` to the observation (Box(112)), for a flat baseline.
+
+A return above 8 means the goal was reached: progress alone is at most ``max_distance``.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+SUCCESS_BONUS = 10.0
+SUCCESS_RETURN = 8.0  # eval returns above this are arrivals (see the table above)
+
+
+class AntNavigate(gym.Env):
+    metadata = {"name": "ant_navigate_v0", "render_modes": []}
+
+    def __init__(self, min_distance: float = 2.0, max_distance: float = 4.0, goal_radius: float = 0.5,
+                 max_steps: int = 500, goal_in_obs: bool = False):
+        self.ant = gym.make("Ant-v5", max_episode_steps=None).unwrapped
+        self.goal_in_obs = goal_in_obs
+        inner = self.ant.observation_space
+        self.observation_space = inner if not goal_in_obs else gym.spaces.Box(
+            -np.inf, np.inf, (inner.shape[0] + 7,), np.float64)
+        self.action_space = self.ant.action_space
+        self.min_distance, self.max_distance = min_distance, max_distance
+        self.goal_radius, self.max_steps = goal_radius, max_steps
+        self.goal = np.zeros(2)
+
+    def _xy(self) -> np.ndarray:
+        return self.ant.data.qpos[:2].copy()
+
+    def state(self) -> np.ndarray:
+        d = self.goal - self._xy()
+        w, x, y, z = self.ant.data.qpos[3:7]
+        heading = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+        v = self.ant.data.qvel[:2]
+        return np.array([d[0], d[1], np.linalg.norm(d), v[0], v[1], np.cos(heading), np.sin(heading)], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        obs, info = self.ant.reset(seed=int(self.np_random.integers(2**31)))
+        angle = self.np_random.uniform(0, 2 * np.pi)
+        dist = self.np_random.uniform(self.min_distance, self.max_distance)
+        self.goal = self._xy() + dist * np.array([np.cos(angle), np.sin(angle)])
+        self.prev = float(np.linalg.norm(self.goal - self._xy()))
+        self.t = 0
+        return self._obs(obs), info
+
+    def _obs(self, obs: np.ndarray) -> np.ndarray:
+        return np.concatenate([obs, self.state()]) if self.goal_in_obs else obs
+
+    def step(self, action):
+        obs, _, unhealthy, _, info = self.ant.step(action)
+        self.t += 1
+        dist = float(np.linalg.norm(self.goal - self._xy()))
+        reward = self.prev - dist
+        self.prev = dist
+        arrived = dist < self.goal_radius
+        if arrived:
+            reward += SUCCESS_BONUS
+        info = {**info, "is_success": arrived}
+        return self._obs(obs), float(reward), bool(arrived or unhealthy), self.t >= self.max_steps and not arrived, info
+
+    def close(self):
+        self.ant.close()
+
+
+def make(**kwargs) -> AntNavigate:
+    return AntNavigate(**kwargs)
