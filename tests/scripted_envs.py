@@ -94,3 +94,10 @@ def corridor_broken():
             return np.full(self.length, 7.0, np.float32)  # the space is Box(0, 1)
 
     return Broken()
+
+
+def rllib_two_cartpoles():
+    """RLlib's own multi-agent maker: two independent CartPoles, agents 0 and 1."""
+    from ray.rllib.env.multi_agent_env import make_multi_agent
+
+    return make_multi_agent("CartPole-v1")({"num_agents": 2})

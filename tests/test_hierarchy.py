@@ -274,3 +274,36 @@ def test_ant_navigate_env_passes_the_checker_and_runs_two_layers(tmp_path):
                        "layers.navigate.dppo.train_batch_size=64", "layers.walk.dppo.train_batch_size=512"])
     summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
     assert summary["env_steps"] >= 3000 and np.isfinite(summary["eval_return_mean"])
+
+
+def test_rllib_multi_agent_env_plugs_in():
+    cfg = validate(tiny_config(env={"type": "rllib", "entry_point": "scripted_envs:rllib_two_cartpoles"},
+                               layers=[{"name": "control", "ppo": {"minibatch_size": 16}}]))
+    runner, recs = _runner(cfg, ["control"])
+    episodes = []
+    for _ in range(150):
+        episodes += runner.step()
+    batch, _ = recs["control"].harvest(lambda o, c: np.zeros(len(o)))
+    assert len(batch) >= 150 and batch.obs.shape[1] == 4
+    assert episodes and all(np.isfinite(r) for r, _, _ in episodes)
+
+
+def test_count_bonus_decays_with_visits():
+    from hdppo.policies.exploration import CountBonus
+
+    bonus = CountBonus(3, 16, "control")
+    s = np.array([[0.5, -1.0, 2.0]])
+    first, second = bonus(s, 0.1)[0], bonus(s, 0.1)[0]
+    assert first == pytest.approx(0.1) and second == pytest.approx(0.1 / np.sqrt(2))
+    assert bonus(np.array([[-3.0, 2.0, -1.0]]), 0.1)[0] == pytest.approx(0.1)  # a different state
+
+
+def test_count_bonus_reaches_the_recorded_reward_and_is_logged(tmp_path):
+    from hdppo.platform import metrics as M
+
+    cfg = two_layers(train={"total_env_steps": 2000, "checkpoint_every": 100, "eval_episodes": 1})
+    cfg["layers"][1]["exploration"] = {"type": "count", "coeff": 0.05}
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    bonus = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.CHART_EXPLORATION_BONUS]
+    assert bonus and all(0 < b <= 0.05 for b in bonus)
