@@ -1,0 +1,115 @@
+"""Goal-reaching on AntNavigate: the two-layer hierarchy against flat PPO at the same env steps.
+
+Takes two finished runs (``configs/ant_navigate.yaml`` and ``configs/ant_navigate_flat.yaml``,
+trained with the same ``train.total_env_steps``), evaluates each deterministically on
+``--episodes`` episodes, counts arrivals (an episode return above
+``hdppo.envs.builtin.ant_navigate.SUCCESS_RETURN``), and plots both learning curves against the
+env steps taken by all of a run's groups together.
+
+Usage:
+    python benchmarks/navigation.py --hierarchy runs/ant_navigate --flat runs/ant_navigate_flat \
+        [--episodes 100] [--target 0.8]
+
+Writes benchmarks/results/navigation.{json,md,png}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from learning import evaluate_run, smooth  # noqa: E402
+from machine import machine_info  # noqa: E402
+
+RETURN_TAG = "charts/episodic_return"
+
+
+def total_steps_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """(env steps of all groups together, episodic return) after each update of the bottom layer.
+
+    Each layer's records carry its own group's env steps; the total at a moment is the sum of
+    every layer's latest count (groups of one layer each; a shared group counts once)."""
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(run_dir / "config.yaml")
+    bottom = cfg.layers[-1].name
+    heads = [g[0] for g in cfg.layer_groups()]
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows.sort(key=lambda r: r["time"])
+    latest = {name: 0 for name in heads}
+    curve = []
+    for r in rows:
+        if r["layer"] in latest and r["tag"] == "perf/env_steps_per_s":
+            latest[r["layer"]] = max(latest[r["layer"]], r["step"])
+        if r["layer"] == bottom and r["tag"] == RETURN_TAG:
+            curve.append((sum(latest.values()), r["value"]))
+    return curve
+
+
+def measure(run_dir: Path, episodes: int) -> dict:
+    from hdppo.envs.builtin.ant_navigate import SUCCESS_RETURN
+
+    ev = evaluate_run(run_dir, episodes)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    successes = sum(r > SUCCESS_RETURN for r in ev["returns"])
+    return {"run_dir": str(run_dir), "config": ev["cfg"].name, "checkpoint": ev["checkpoint"],
+            "env_steps": summary["env_steps"], "wall_s": round(summary["wall_s"], 1), "episodes": len(ev["returns"]),
+            "success_rate": successes / len(ev["returns"]), "return_mean": sum(ev["returns"]) / len(ev["returns"]),
+            "curve": total_steps_curve(run_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hierarchy", required=True, type=Path)
+    p.add_argument("--flat", required=True, type=Path)
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--target", type=float, default=0.8)
+    p.add_argument("--results", type=Path, default=HERE / "results")
+    args = p.parse_args(argv)
+    runs = {"hierarchy": measure(args.hierarchy, args.episodes), "flat": measure(args.flat, args.episodes)}
+    args.results.mkdir(parents=True, exist_ok=True)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, r in runs.items():
+        if r["curve"]:
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, smooth(list(ys), max(1, len(ys) // 20)),
+                    label=f"{name}: {100 * r['success_rate']:.0f}% success ({r['episodes']} eval episodes)")
+    ax.set_xlabel("env steps (all groups)")
+    ax.set_ylabel("episodic return (smoothed)")
+    ax.set_title("AntNavigate: two-layer hierarchy vs flat PPO")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.results / "navigation.png", dpi=120)
+
+    machine = machine_info()
+    report = {"target_success_rate": args.target, "machine": machine,
+              "runs": {k: {kk: vv for kk, vv in v.items() if kk != "curve"} for k, v in runs.items()}}
+    (args.results / "navigation.json").write_text(json.dumps(report, indent=2))
+    h, f = runs["hierarchy"], runs["flat"]
+    met = "met" if h["success_rate"] >= args.target else "NOT met"
+    md = (f"# AntNavigate: goal-reaching success\n\n"
+          f"Measured {machine.get('timestamp_utc', '')} on {machine.get('cpu_model', '?')}, "
+          f"{machine.get('cpu_count', '?')} CPUs.\n\n"
+          f"| run | env steps | wall s | success rate ({h['episodes']} eval episodes) | mean return |\n|---|---:|---:|---:|---:|\n"
+          f"| hierarchy (`{h['config']}`) | {h['env_steps']:,} | {h['wall_s']:,} | {100 * h['success_rate']:.0f}% | {h['return_mean']:.2f} |\n"
+          f"| flat PPO (`{f['config']}`) | {f['env_steps']:,} | {f['wall_s']:,} | {100 * f['success_rate']:.0f}% | {f['return_mean']:.2f} |\n\n"
+          f"Target: hierarchy success >= {100 * args.target:.0f}% within 10M env steps: **{met}** at "
+          f"{h['env_steps']:,} env steps.\n\n![curves](navigation.png)\n")
+    (args.results / "navigation.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
