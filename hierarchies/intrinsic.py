@@ -22,11 +22,12 @@ def corridor_follow(command: np.ndarray, info: dict, **_) -> float:
 
 
 def ant_velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
-    """exp(-|v - v_cmd|^2 / 0.25) for a command [cos h, sin h] * speed against the torso's
-    planar velocity ``info['x_velocity'], info['y_velocity']`` (Gymnasium's Ant puts them there)."""
+    """exp(-|v - v_cmd|^2) for a commanded planar velocity against the torso's
+    ``info['x_velocity'], info['y_velocity']`` (Gymnasium's Ant puts them there). A wide kernel
+    (1 (m/s)^2) so that a body standing still still feels which way is better."""
     v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
     target = np.asarray(command, dtype=np.float64)[:2]
-    return float(np.exp(-np.sum((v - target) ** 2) / 0.25))
+    return float(np.exp(-np.sum((v - target) ** 2)))
 
 
 NAMED: dict[str, IntrinsicFn] = {"corridor_follow": corridor_follow, "ant_velocity_tracking": ant_velocity_tracking}

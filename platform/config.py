@@ -185,12 +185,15 @@ class ScheduleSpec(_Strict):
 
 
 class ExplorationSpec(_Strict):
-    type: Literal["none", "count"] = Field(
-        "none", description="Exploration bonus added to the reward: 'count' (SimHash counts per worker). "
-        "RND is planned, not yet available.")
+    type: Literal["none", "count", "rnd"] = Field(
+        "none", description="Exploration bonus added to the reward: 'count' (SimHash counts per worker) or "
+        "'rnd' (random network distillation; the layer's learner trains the predictor; mode central).")
     coeff: float = Field(0.01, ge=0.0, description="Bonus coefficient at the start.")
     coeff_final: float = Field(0.0, ge=0.0, description="Bonus coefficient at the end (linear decay).")
     hash_bits: int = Field(16, ge=4, le=64, description="count: SimHash bits per state.")
+    rnd_hidden: list[int] = Field(default_factory=lambda: [64, 64], description="rnd: hidden sizes of target and predictor.")
+    rnd_out: int = Field(32, ge=1, description="rnd: embedding size.")
+    rnd_lr: float = Field(1e-4, gt=0.0, description="rnd: predictor learning rate.")
 
 
 class LayerConfig(_Strict):
@@ -213,6 +216,9 @@ class LayerConfig(_Strict):
 
     @model_validator(mode="after")
     def _sizes(self) -> "LayerConfig":
+        if self.exploration.type == "rnd" and self.dppo.mode == "dppo":
+            raise ValueError("exploration.type 'rnd' needs dppo.mode 'central': the learner trains the RND "
+                             "predictor on the samples, which mode 'dppo' keeps on the workers")
         if self.ppo.minibatch_size > self.dppo.train_batch_size:
             raise ValueError(f"ppo.minibatch_size ({self.ppo.minibatch_size}) must be <= "
                              f"dppo.train_batch_size ({self.dppo.train_batch_size})")
@@ -311,8 +317,10 @@ class Config(_Strict):
 
     @property
     def hierarchical(self) -> bool:
-        """True unless this is one layer over a single-agent Gymnasium env (the fast path)."""
-        return len(self.layers) > 1 or self.env.type != "gymnasium" or self.layers[0].policy.central_critic
+        """True unless this is one plain layer over a single-agent Gymnasium env (the fast path)."""
+        layer = self.layers[0]
+        return (len(self.layers) > 1 or self.env.type != "gymnasium" or layer.policy.central_critic
+                or layer.exploration.type != "none")
 
 
 # ----------------------------------------------------------------------------- loading

@@ -18,6 +18,7 @@ from hdppo.platform import metrics as M
 from hdppo.platform.backend import call_service, make_backend
 from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from hdppo.platform.config import Config
+from hdppo.policies.exploration import RND
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import RunningStats
 from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss
@@ -40,6 +41,9 @@ class Learner:
         self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim)
         # eps=1e-5 as in the PPO2 baseline and CleanRL (PyTorch's default 1e-8 differs).
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.layer.ppo.lr, eps=1e-5)
+        e = self.layer.exploration
+        self.rnd = RND(obs_dim, e.rnd_hidden, e.rnd_out, self.layer.name) if e.type == "rnd" else None
+        self.rnd_optimizer = torch.optim.Adam(self.rnd.predictor.parameters(), lr=e.rnd_lr) if self.rnd else None
         self.obs_stats = RunningStats((obs_dim,))
         self.reward_stats = RunningStats(())
         self.version = 0
@@ -55,8 +59,9 @@ class Learner:
     def publish(self) -> int:
         """One ``put`` of this version's weights; the service keeps the reference."""
         ref = self._put(self.weights())
+        rnd = [self._put({k: v.detach().clone() for k, v in self.rnd.predictor.state_dict().items()})] if self.rnd else None
         call_service(self.service, "publish", self.layer.name, self.version, [ref],
-                     self.obs_stats.to_state(), self.reward_stats.to_state(), self.progress())
+                     self.obs_stats.to_state(), self.reward_stats.to_state(), self.progress(), rnd)
         return self.version
 
     # -- schedules -----------------------------------------------------------------------------
@@ -125,7 +130,23 @@ class Learner:
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
                 break
-        return self._finish(stats, logs, coefs, time.perf_counter() - t0)
+        out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.rnd is None)
+        if self.rnd is not None:
+            out[M.LOSS_RND] = self._train_rnd(tb.obs, k)
+            self.publish()
+        return out
+
+    def _train_rnd(self, obs: torch.Tensor, num_minibatches: int) -> float:
+        """The predictor learns the target on this batch's states (same epochs and minibatches)."""
+        losses = []
+        for _ in range(self.layer.ppo.num_epochs):
+            for idx in np.array_split(self._rng.permutation(len(obs)), num_minibatches):
+                loss = self.rnd.error(obs[torch.as_tensor(idx)]).mean()  # type: ignore[union-attr]
+                self.rnd_optimizer.zero_grad()  # type: ignore[union-attr]
+                loss.backward()
+                self.rnd_optimizer.step()  # type: ignore[union-attr]
+                losses.append(float(loss.detach()))
+        return float(np.mean(losses))
 
     def _kl_exceeded(self, kls: list[float]) -> bool:
         target = self.layer.ppo.target_kl
@@ -163,10 +184,12 @@ class Learner:
         return self._finish(stats, logs, coefs, time.perf_counter() - t0)
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float) -> dict[str, float]:
+    def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float,
+                publish: bool = True) -> dict[str, float]:
         self.version += 1
         self.updates += 1
-        self.publish()
+        if publish:
+            self.publish()
         out: dict[str, float] = {
             M.LOSS_POLICY: _mean(logs, "policy"), M.LOSS_VALUE: _mean(logs, "value"),
             M.LOSS_ENTROPY: _mean(logs, "entropy"), M.LOSS_APPROX_KL: _mean(logs, "approx_kl"),
@@ -199,7 +222,8 @@ class Learner:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+        extra = {"rnd": self.rnd.state_dict(), "rnd_optimizer": self.rnd_optimizer.state_dict()} if self.rnd else {}  # type: ignore[union-attr]
+        return extra | {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "obs_stats": self.obs_stats.to_state(), "reward_stats": self.reward_stats.to_state(),
                 "version": self.version, "env_steps": self.env_steps, "updates": self.updates,
                 "rng": self._rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
@@ -207,6 +231,9 @@ class Learner:
     def set_state(self, state: dict[str, Any]) -> int:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.rnd is not None:
+            self.rnd.load_state_dict(state["rnd"])
+            self.rnd_optimizer.load_state_dict(state["rnd_optimizer"])  # type: ignore[union-attr]
         self.obs_stats = RunningStats.from_state(state["obs_stats"])
         self.reward_stats = RunningStats.from_state(state["reward_stats"])
         self.version, self.env_steps, self.updates = state["version"], state["env_steps"], state["updates"]

@@ -14,13 +14,13 @@ class ParameterService:
         self._records: dict[str, dict[str, Any]] = {}
 
     def publish(self, layer: str, version: int, weights: list, obs_stats: Optional[dict] = None,
-                reward_stats: Optional[dict] = None, progress: float = 0.0) -> int:
+                reward_stats: Optional[dict] = None, progress: float = 0.0, rnd: Optional[list] = None) -> int:
         """Record a new version; ``weights`` is ``[ref]``. Older versions are never re-published."""
         current = self._records.get(layer)
         if current is not None and version < current["version"]:
             raise ValueError(f"layer {layer!r}: version {version} is older than the published {current['version']}")
         self._records[layer] = {"version": version, "weights": weights, "obs_stats": obs_stats,
-                                "reward_stats": reward_stats, "progress": progress}
+                                "reward_stats": reward_stats, "progress": progress, "rnd": rnd}
         return version
 
     def latest(self, layer: str) -> Optional[dict[str, Any]]:

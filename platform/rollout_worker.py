@@ -23,7 +23,7 @@ from hdppo.envs.loading import make_gym_env
 from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
 from hdppo.platform.config import Config, rollout_length
-from hdppo.policies.exploration import CountBonus
+from hdppo.policies.exploration import RND, CountBonus, RNDBonus
 from hdppo.policies.gae import compute_gae
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
@@ -81,8 +81,8 @@ class RolloutWorker:
             self.recorders = {name: LayerRecorder(cfg.layer(name).ppo.gamma, cfg.layer(name).ppo.gae_lambda,
                                                   cfg.layer(name).reward.discount == "smdp", self.scalers[name])
                               for name in self.layers}
-            self.bonuses = {s.name: CountBonus(s.obs_dim, s.cfg.exploration.hash_bits, s.name)
-                            for s in self.specs if s.cfg.exploration.type == "count" and s.name in self.layers}
+            self.bonuses = {s.name: self._make_bonus(s) for s in self.specs
+                            if s.cfg.exploration.type != "none" and s.name in self.layers}
             self.runner = HierarchyRunner(self.specs, make_adapter_fn(cfg), d.num_envs_per_worker, seed,
                                           self.policies, self.obs_norms, self.recorders, bonus=self._bonus)
         for p in self.policies.values():
@@ -95,6 +95,13 @@ class RolloutWorker:
         self.obs_norms[name] = ObservationNormalizer((obs_dim,), n.clip, n.observation)
         self.scalers[name] = RewardScaler(num_envs, layer.ppo.gamma, n.clip, n.reward)
         self.versions[name] = -1
+
+    @staticmethod
+    def _make_bonus(spec) -> CountBonus | RNDBonus:
+        e = spec.cfg.exploration
+        if e.type == "count":
+            return CountBonus(spec.obs_dim, e.hash_bits, spec.name)
+        return RNDBonus(RND(spec.obs_dim, e.rnd_hidden, e.rnd_out, spec.name))
 
     def _bonus(self, layer: str, obs: np.ndarray) -> np.ndarray:
         bonus = self.bonuses.get(layer)
@@ -115,6 +122,8 @@ class RolloutWorker:
                 self.obs_norms[name].set_published(RunningStats.from_state(rec["obs_stats"]))
             if self.cfg.layer(name).normalization.reward_scope == "global" and rec.get("reward_stats") is not None:
                 self.scalers[name].set_published(RunningStats.from_state(rec["reward_stats"]))
+            if rec.get("rnd") is not None and name in getattr(self, "bonuses", {}):
+                self.bonuses[name].rnd.predictor.load_state_dict(deref(rec["rnd"][0]))  # type: ignore[union-attr]
             self.versions[name] = rec["version"]
             self.progress[name] = float(rec.get("progress", 0.0))
 

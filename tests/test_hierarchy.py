@@ -307,3 +307,31 @@ def test_count_bonus_reaches_the_recorded_reward_and_is_logged(tmp_path):
     rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
     bonus = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.CHART_EXPLORATION_BONUS]
     assert bonus and all(0 < b <= 0.05 for b in bonus)
+
+
+def test_rnd_predictor_is_trained_by_the_learner_and_the_target_stays_fixed(tmp_path):
+    from hdppo.platform import metrics as M
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.policies.exploration import RND
+
+    cfg = two_layers(train={"total_env_steps": 4000, "checkpoint_every": 100, "eval_episodes": 1})
+    cfg["layers"][1]["exploration"] = {"type": "rnd", "coeff": 0.05}
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    rnd_loss = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.LOSS_RND]
+    bonus = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.CHART_EXPLORATION_BONUS]
+    assert len(rnd_loss) >= 3 and rnd_loss[-1] < rnd_loss[0]  # the predictor learns the target
+    assert bonus and all(b > 0 for b in bonus)
+    state = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))["control"]["rnd"]
+    fresh = RND(11, [64, 64], 32, "control")
+    for k, v in fresh.target.state_dict().items():
+        assert torch.equal(state[f"target.{k}"], v)   # same target everywhere, never trained
+    assert any(not torch.equal(state[f"predictor.{k}"], v) for k, v in fresh.predictor.state_dict().items())
+
+
+def test_rnd_with_dppo_mode_is_refused():
+    cfg = two_layers()
+    cfg["layers"][1]["exploration"] = {"type": "rnd"}
+    cfg["layers"][1]["dppo"]["mode"] = "dppo"
+    with pytest.raises(ConfigError, match="'rnd' needs dppo.mode 'central'"):
+        validate(cfg)
