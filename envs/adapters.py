@@ -111,20 +111,14 @@ class ParallelAdapter(MultiAgentAdapter):
         self.env.close()
 
 
-class AECAdapter(MultiAgentAdapter):
+class AECAdapter(ParallelAdapter):
     """A turn-based PettingZoo ``AECEnv`` that cannot be converted to parallel: only the agent
-    whose turn it is acts (it is the one live agent each step); rewards reach every agent."""
+    whose turn it is acts (it is the one live agent each step); rewards reach every agent.
+    Spaces, ``state()`` and ``close()`` are the parallel adapter's."""
 
     def __init__(self, env: Any, name: str):
-        self.env, self.name = env, name
-        self.possible_agents = list(env.possible_agents)
+        super().__init__(env, name)
         self._over = True
-
-    def observation_space(self, agent: str) -> gym.Space:
-        return self.env.observation_space(agent)
-
-    def action_space(self, agent: str) -> gym.Space:
-        return self.env.action_space(agent)
 
     @property
     def agents(self) -> list[str]:
@@ -153,15 +147,6 @@ class AECAdapter(MultiAgentAdapter):
             self._over = not self.env.agents
         obs = {} if self._over else {self.env.agent_selection: self.env.observe(self.env.agent_selection)}
         return obs, rew, term, trunc, infos
-
-    def state(self) -> np.ndarray:
-        try:
-            return np.asarray(self.env.state(), dtype=np.float32).reshape(-1)
-        except NotImplementedError:
-            raise EnvError(f"env {self.name!r} has no state(); use observation.source 'env'.") from None
-
-    def close(self) -> None:
-        self.env.close()
 
 
 class RLlibAdapter(MultiAgentAdapter):

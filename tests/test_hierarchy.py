@@ -298,14 +298,24 @@ def test_count_bonus_decays_with_visits():
     assert bonus(np.array([[-3.0, 2.0, -1.0]]), 0.1)[0] == pytest.approx(0.1)  # a different state
 
 
+def _control_metrics_with(tmp_path, exploration: dict, steps: int) -> dict[str, list[float]]:
+    """Train the corridor hierarchy with an exploration bonus on 'control'; its logged series."""
+    from hdppo.platform import metrics as M
+
+    cfg = two_layers(train={"total_env_steps": steps, "checkpoint_every": 100, "eval_episodes": 1})
+    cfg["layers"][1]["exploration"] = exploration
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    series: dict[str, list[float]] = {}
+    for r in M.read_jsonl(tmp_path / "run" / "metrics.jsonl"):
+        if r["layer"] == "control":
+            series.setdefault(r["tag"], []).append(r["value"])
+    return series
+
+
 def test_count_bonus_reaches_the_recorded_reward_and_is_logged(tmp_path):
     from hdppo.platform import metrics as M
 
-    cfg = two_layers(train={"total_env_steps": 2000, "checkpoint_every": 100, "eval_episodes": 1})
-    cfg["layers"][1]["exploration"] = {"type": "count", "coeff": 0.05}
-    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
-    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    bonus = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.CHART_EXPLORATION_BONUS]
+    bonus = _control_metrics_with(tmp_path, {"type": "count", "coeff": 0.05}, 2000)[M.CHART_EXPLORATION_BONUS]
     assert bonus and all(0 < b <= 0.05 for b in bonus)
 
 
@@ -314,12 +324,8 @@ def test_rnd_predictor_is_trained_by_the_learner_and_the_target_stays_fixed(tmp_
     from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
     from hdppo.policies.exploration import RND
 
-    cfg = two_layers(train={"total_env_steps": 4000, "checkpoint_every": 100, "eval_episodes": 1})
-    cfg["layers"][1]["exploration"] = {"type": "rnd", "coeff": 0.05}
-    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
-    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    rnd_loss = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.LOSS_RND]
-    bonus = [r["value"] for r in rows if r["layer"] == "control" and r["tag"] == M.CHART_EXPLORATION_BONUS]
+    series = _control_metrics_with(tmp_path, {"type": "rnd", "coeff": 0.05}, 4000)
+    rnd_loss, bonus = series[M.LOSS_RND], series[M.CHART_EXPLORATION_BONUS]
     assert len(rnd_loss) >= 3 and rnd_loss[-1] < rnd_loss[0]  # the predictor learns the target
     assert bonus and all(b > 0 for b in bonus)
     state = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))["control"]["rnd"]
