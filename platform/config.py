@@ -89,6 +89,8 @@ class DPPOConfig(_Strict):
     num_envs_per_worker: int = Field(4, ge=1, description="Env copies each worker steps together.")
     train_batch_size: int = Field(4000, ge=1, description="Env steps per update, over all workers.")
     worker_cpus: Optional[float] = Field(None, gt=0.0, description="CPUs each worker declares to Ray; default shares the machine.")
+    compression: Literal["none", "sign1", "q2", "q8"] = Field(
+        "none", description="Mode dppo: gradients sent as 1-bit signs, 2-bit or 8-bit codes, with error feedback.")
 
 
 class NormalizationConfig(_Strict):

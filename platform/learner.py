@@ -18,6 +18,7 @@ from hdppo.platform import metrics as M
 from hdppo.platform.backend import call_service, make_backend
 from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from hdppo.platform.config import Config
+from hdppo.policies.compression import decompress, dense_nbytes
 from hdppo.policies.exploration import RND
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import RunningStats
@@ -159,15 +160,20 @@ class Learner:
         stats = tuple(self._mine(stats))
         self._pending = (list(stats), self.coefficients(), time.perf_counter())
         self._dppo_logs: list[dict[str, float]] = []
+        self._grad_bytes = 0
         self._absorb(list(stats))
         adv_mean, adv_std = advantage_moments(list(stats))
         return {"weights": [self._put(self.weights())], "adv_mean": adv_mean, "adv_std": adv_std,
                 "entropy_coeff": self._pending[1]["entropy_coeff"], "logs": []}
 
-    def apply_gradients(self, *results: tuple[list[torch.Tensor], int, dict]) -> dict[str, torch.Tensor]:
+    def apply_gradients(self, *results: tuple[list[torch.Tensor] | bytes, int, dict]) -> dict[str, torch.Tensor]:
         """Average the workers' gradients by sample count, step, and return the new weights
-        (on Ray, the return value is stored once and every worker reads that one object)."""
-        grads = average_gradients([r[0] for r in results], [r[1] for r in results])
+        (on Ray, the return value is stored once and every worker reads that one object).
+        A gradient may arrive compressed (bytes, see hdppo.policies.compression)."""
+        shapes = [tuple(p.shape) for p in self.policy.parameters()]
+        dense = [decompress(r[0], shapes) if isinstance(r[0], bytes) else r[0] for r in results]
+        self._grad_bytes += sum(len(r[0]) if isinstance(r[0], bytes) else dense_nbytes(r[0]) for r in results)
+        grads = average_gradients(dense, [r[1] for r in results])
         norm = self._step(grads, self._pending[1]["lr"])
         n = sum(r[1] for r in results)
         info = {k: sum(r[2][k] * r[1] for r in results) / n for k in results[0][2]} | {"grad_norm": norm}
@@ -181,7 +187,9 @@ class Learner:
     def end_dppo(self) -> dict[str, float]:
         stats, coefs, t0 = self._pending
         logs, self._dppo_logs = self._dppo_logs, []
-        return self._finish(stats, logs, coefs, time.perf_counter() - t0)
+        out = self._finish(stats, logs, coefs, time.perf_counter() - t0)
+        out[M.PERF_GRAD_BYTES] = float(self._grad_bytes)
+        return out
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float,

@@ -23,6 +23,7 @@ from hdppo.envs.loading import make_gym_env
 from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
 from hdppo.platform.config import Config, rollout_length
+from hdppo.policies.compression import compress
 from hdppo.policies.exploration import RND, CountBonus, RNDBonus
 from hdppo.policies.gae import compute_gae
 from hdppo.policies.networks import ActorCritic
@@ -60,6 +61,7 @@ class RolloutWorker:
         self.versions: dict[str, int] = {}
         self.progress: dict[str, float] = {}
         self._last: dict[str, Batch] = {}
+        self._residuals: dict[str, torch.Tensor] = {}
         self.policies: dict[str, ActorCritic] = {}
         self.obs_norms: dict[str, ObservationNormalizer] = {}
         self.scalers: dict[str, RewardScaler] = {}
@@ -259,8 +261,12 @@ class RolloutWorker:
         p = self.cfg.layer(name).ppo
         terms = minibatch_loss(policy, mb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                                vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages)
-        grads = gradients(policy, terms.total)
+        grads: Any = gradients(policy, terms.total)
         info = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
+        scheme = self.cfg.layer(name).dppo.compression
+        if scheme != "none":
+            # Error feedback: what this worker's quantiser lost is added to its next message.
+            grads, self._residuals[name] = compress(grads, scheme, self._residuals.get(name))
         return grads, len(idx), info
 
     # -- state ---------------------------------------------------------------------------------
