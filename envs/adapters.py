@@ -33,6 +33,11 @@ class MultiAgentAdapter:
     @property
     def agents(self) -> list[str]: ...
 
+    @property
+    def acting(self) -> list[str]:
+        """The agents that act this step (all live ones, except in turn-based envs)."""
+        return self.agents
+
 
 class GymnasiumAdapter(MultiAgentAdapter):
     def __init__(self, env: gym.Env, name: str):
@@ -122,6 +127,10 @@ class AECAdapter(ParallelAdapter):
 
     @property
     def agents(self) -> list[str]:
+        return [] if self._over else list(self.env.agents)
+
+    @property
+    def acting(self) -> list[str]:
         return [] if self._over else [self.env.agent_selection]
 
     def _skip_done(self) -> None:
@@ -133,7 +142,7 @@ class AECAdapter(ParallelAdapter):
     def reset(self, seed: int | None = None) -> dict[str, Any]:
         self.env.reset(seed=seed)
         self._over = False
-        return {self.env.agent_selection: self.env.observe(self.env.agent_selection)}
+        return {a: self.env.observe(a) for a in self.env.agents}
 
     def step(self, actions: dict[str, Any]):
         self.env.step(actions[self.env.agent_selection])
@@ -141,11 +150,13 @@ class AECAdapter(ParallelAdapter):
         term = {a: bool(t) for a, t in self.env.terminations.items()}
         trunc = {a: bool(t) and not term[a] for a, t in self.env.truncations.items()}
         infos = {a: dict(i) for a, i in self.env.infos.items()}
+        # Every agent's current observation (the final one too), not only the next player's:
+        # a waiting agent's view changes with the others' moves, and truncation bootstraps from it.
+        obs = {a: self.env.observe(a) for a in self.env.agents}
         self._over = all(term[a] or trunc[a] for a in term)
         if not self._over:
             self._skip_done()
             self._over = not self.env.agents
-        obs = {} if self._over else {self.env.agent_selection: self.env.observe(self.env.agent_selection)}
         return obs, rew, term, trunc, infos
 
 
@@ -156,6 +167,7 @@ class RLlibAdapter(MultiAgentAdapter):
         self.env, self.name = env, name
         self.possible_agents = list(getattr(env, "possible_agents", []) or []) or None
         self._live: list[str] = []
+        self._to_act: list[str] = []
 
     def observation_space(self, agent: str) -> gym.Space:
         fn = getattr(self.env, "get_observation_space", None)
@@ -169,9 +181,14 @@ class RLlibAdapter(MultiAgentAdapter):
     def agents(self) -> list[str]:
         return list(self._live)
 
+    @property
+    def acting(self) -> list[str]:
+        return list(self._to_act)
+
     def reset(self, seed: int | None = None) -> dict[str, Any]:
         obs, _ = self.env.reset(seed=seed)
         self._live = list(obs)
+        self._to_act = list(obs)
         return obs
 
     def step(self, actions: dict[str, Any]):
@@ -179,6 +196,8 @@ class RLlibAdapter(MultiAgentAdapter):
         all_done = term.get("__all__", False) or trunc.get("__all__", False)
         done = {a for a in self._live if term.get(a, False) or trunc.get(a, False)}
         self._live = [] if all_done else [a for a in dict.fromkeys([*self._live, *obs]) if a not in done]
+        # RLlib's rule: only agents with an observation this step act next.
+        self._to_act = [a for a in obs if a in self._live and a != "__all__"]
         keys = set(obs) | set(rew)
         strip = lambda d: {k: v for k, v in d.items() if k != "__all__"}  # noqa: E731
         term_d = {a: bool(term.get(a, term.get("__all__", False))) for a in keys}

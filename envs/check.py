@@ -120,7 +120,7 @@ def _rollout(adapter, steps: int) -> int:
             if not space.contains(o):
                 raise EnvError(f"env {adapter.name!r}: agent {a!r} observation at step {t} is outside its space {space}.")
         actions = {}
-        for a in adapter.agents:
+        for a in adapter.acting:
             space = adapter.action_space(a)
             mask = obs.get(a, {}).get("action_mask") if isinstance(obs.get(a), dict) else None
             if mask is not None and isinstance(space, gym.spaces.Discrete):

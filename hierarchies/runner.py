@@ -32,6 +32,7 @@ class _Copy:
     ep_return: float = 0.0
     commands: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # layer -> lane -> command vector
     actions: dict[str, np.ndarray] = field(default_factory=dict)              # bottom agent -> last action
+    truncated: dict[str, bool] = field(default_factory=dict)                  # ended agents: cut short?
 
 
 class HierarchyRunner:
@@ -111,8 +112,7 @@ class HierarchyRunner:
 
     def _due_lanes(self, spec: LayerSpec, c: _Copy) -> list[str]:
         if spec.bottom:
-            live = c.env.agents
-            return [a for a in live if not spec.members or a in spec.members]
+            return [a for a in c.env.acting if not spec.members or a in spec.members]
         if c.t % spec.every:
             return []
         live = set(c.env.agents)
@@ -177,6 +177,10 @@ class HierarchyRunner:
             w_env, w_int = spec.cfg.reward.env, spec.cfg.reward.intrinsic
             fn = self.intrinsic[spec.name]
             if spec.bottom:
+                # Every open transition of this copy ages by one step, rewarded or not (a waiting
+                # agent in a turn-based env gets no reward entry but its discount still runs).
+                for a in [lane for (cj, lane) in rec.pending if cj == ci and lane not in rew]:
+                    rec.reward((ci, a), 0.0, 0.0, w_env, w_int)
                 for a, r in rew.items():
                     r_int = 0.0
                     if fn is not None:
@@ -196,29 +200,39 @@ class HierarchyRunner:
                 rec.end((ci, a), terminated=bool(term.get(a)), final=final)
         for a in done_agents:
             c.obs.pop(a, None)
+        for a in done_agents:
+            c.truncated[a] = bool(trunc.get(a)) and not term.get(a)
         if c.env.agents:
             c.t += 1
+            live = set(c.env.agents)
             for spec in self.specs[:-1]:  # a squad whose members are all gone ends
                 rec = self.recorders.get(spec.name)
-                live = set(c.env.agents)
                 for lane in spec.lanes:  # type: ignore[union-attr]
-                    if rec is not None and spec.members[lane] is not None and not live & set(spec.members[lane]):  # type: ignore[arg-type]
-                        rec.end((ci, lane), terminated=True)
+                    members = spec.members[lane]
+                    if rec is not None and members is not None and (ci, lane) in rec.pending and not live & set(members):
+                        truncated = self._lane_truncated(c, members)
+                        rec.end((ci, lane), terminated=not truncated,
+                                final=self._final(spec, c, lane) if truncated else None)
             return None
-        # The episode is over: close every layer's open transition, then reset.
-        truncated = any(trunc.get(a) and not term.get(a) for a in trunc)
+        # The episode is over: close every layer's open transition, then reset. A lane counts as
+        # truncated when none of its agents terminated and at least one was cut short.
         c.obs = {**before, **obs}
         for spec in self.specs:
             rec = self.recorders.get(spec.name)
             if rec is None:
                 continue
             for (cj, lane) in [k for k in rec.pending if k[0] == ci]:
-                final = self._final(spec, c, lane) if truncated else None
-                rec.end((cj, lane), terminated=not truncated, final=final)
+                truncated = self._lane_truncated(c, self._members(spec, c, lane))
+                rec.end((cj, lane), terminated=not truncated, final=self._final(spec, c, lane) if truncated else None)
         result = (c.ep_return, c.t + 1, ci)
         self._seed += len(self.copies)
-        c.obs, c.t, c.ep_return, c.commands, c.actions = c.env.reset(), 0, 0.0, {}, {}
+        c.obs, c.t, c.ep_return, c.commands, c.actions, c.truncated = c.env.reset(), 0, 0.0, {}, {}, {}
         return result
+
+    @staticmethod
+    def _lane_truncated(c: _Copy, members: list[str]) -> bool:
+        ends = [c.truncated[m] for m in members if m in c.truncated]
+        return bool(ends) and all(ends)
 
     def _final(self, spec: LayerSpec, c: _Copy, lane: str) -> tuple[np.ndarray, np.ndarray]:
         obs, _, critic = self.observe(spec, c, lane)

@@ -116,10 +116,14 @@ def build_spec(cfg: Config, probe: MultiAgentAdapter, first_obs: dict) -> list[L
         controlled = bottom.cfg.agents if isinstance(bottom.cfg.agents, list) else \
             [a for m in bottom.cfg.agents.squads.values() for a in m]  # type: ignore[union-attr]
         bottom.members = {a: [a] for a in controlled}
-    # Nesting: every lane of a layer must sit inside one lane of the layer above.
+    # Nesting: every lane of a layer must sit inside one lane of the layer above, and every env
+    # agent of the bottom layer inside one lane of the layer just above it.
     for upper, lower in zip(specs[:-1], specs[1:-1]):
         for lane, members in lower.members.items():
             parent_lane(upper, members)
+    if len(specs) > 1 and bottom.cfg.observation.command:
+        for agent in (list(bottom.members) or known):
+            parent_lane(specs[-2], [agent])
     for spec in specs:
         _sizes(spec, specs, probe, known, first_obs)
     return specs

@@ -271,6 +271,9 @@ class Config(_Strict):
                              f"set action.type to 'env', not {bottom.action.type!r}")
         for i, layer in enumerate(self.layers[:-1]):
             where = f"layers[{i}] ({layer.name})"
+            if layer.reward.intrinsic_fn:
+                raise ValueError(f"{where}.reward.intrinsic_fn: intrinsic rewards are computed for the bottom "
+                                 "layer's agents only; give this layer env reward (reward.env) instead")
             if layer.action.type == "env":
                 raise ValueError(f"{where}.action: only the bottom layer takes env actions; give this layer a "
                                  "command space, e.g. {type: discrete, n: 4}")

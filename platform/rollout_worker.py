@@ -278,9 +278,17 @@ class RolloutWorker:
     def set_state(self, state: dict) -> None:
         for name, s in state["reward"].items():
             self.scalers[name].stats = RunningStats.from_state(s["stats"])
-            self.scalers[name].returns = np.asarray(s["returns"], np.float64)
+            # Episodes restart after a resume, so the running returns of the old ones start at 0
+            # (in a hierarchy their slots would not even map to the same lanes).
+            self.scalers[name].returns = np.zeros_like(np.asarray(s["returns"], np.float64))
         self.rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
 
     def ping(self) -> int:
         return self.index
+
+    def node(self) -> str:
+        """The Ray node this worker runs on ('local' in-process)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"

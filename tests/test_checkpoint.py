@@ -30,7 +30,8 @@ def test_resume_restores_identical_weights_optimizer_and_counters(tmp_path):
     assert now["learner"]["optimizer"]["state"][0]["step"] == group_state["learner"]["optimizer"]["state"][0]["step"]
     for key in ("version", "env_steps", "updates", "obs_stats", "reward_stats", "rng"):
         assert now["learner"][key] == group_state["learner"][key]
-    assert [w["reward"] for w in now["workers"]] == [w["reward"] for w in group_state["workers"]]
+    assert [w["reward"]["control"]["stats"] for w in now["workers"]] == \
+        [w["reward"]["control"]["stats"] for w in group_state["workers"]]
     second.metrics.close()
 
 

@@ -341,3 +341,38 @@ def test_rnd_with_dppo_mode_is_refused():
     cfg["layers"][1]["dppo"]["mode"] = "dppo"
     with pytest.raises(ConfigError, match="'rnd' needs dppo.mode 'central'"):
         validate(cfg)
+
+
+def test_turn_based_aec_keeps_waiting_agents_alive_and_ages_their_transitions():
+    """Tic-tac-toe: both players stay live while one acts; a waiting player's open transition
+    keeps aging, and the final reward reaches the player who moved last as well."""
+    cfg = validate(tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.classic.tictactoe_v3"},
+                               layers=[{"name": "control", "ppo": {"minibatch_size": 32}}]))
+    runner, recs = _runner(cfg, ["control"])
+    c = runner.copies[0]
+    runner.step()
+    assert len(c.env.agents) == 2 and len(c.env.acting) == 1
+    first = c.env.possible_agents[0]
+    runner.step()
+    assert recs["control"].pending[(0, first)].steps == 2  # its own move, then the opponent's
+    for _ in range(60):
+        runner.step()
+    ends = [t for seq in recs["control"].closed.values() for t in seq if t.end]
+    assert ends and all(t.terminated for t in ends)
+    assert any(abs(t.env_reward) == 1.0 for t in ends)
+
+
+def test_agents_outside_every_upper_lane_are_refused():
+    cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 2}}, layers=[
+        {"name": "squad", "period": 2, "agents": ["walker_0"], "observation": {"source": "env"},
+         "action": {"type": "discrete", "n": 2}, "ppo": {"minibatch_size": 4}},
+        {"name": "control", "ppo": {"minibatch_size": 4}}]))
+    with pytest.raises(ConfigError, match=r"no lane contains \['walker_1'\]"):
+        probe_env(cfg, 0)
+
+
+def test_intrinsic_reward_on_an_upper_layer_is_refused():
+    cfg = two_layers()
+    cfg["layers"][0]["reward"] = {"env": 1.0, "intrinsic": 1.0, "intrinsic_fn": "corridor_follow"}
+    with pytest.raises(ConfigError, match="intrinsic rewards are computed for the bottom layer"):
+        validate(cfg)
