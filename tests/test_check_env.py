@@ -28,3 +28,8 @@ def test_check_env_runs_pettingzoo_checkers_and_a_rollout():
 def test_check_env_catches_a_broken_pettingzoo_env():
     with pytest.raises(EnvError, match="corridor_broken"):
         check_target("scripted_envs:corridor_broken", steps=20)
+
+
+@pytest.mark.parametrize("target", ["hdppo.envs.builtin.latency:make", "hdppo.envs.builtin.ant_navigate:make"])
+def test_builtin_gymnasium_envs_pass_the_checker(target):
+    assert "OK" in check_target(target, steps=5)

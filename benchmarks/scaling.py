@@ -1,0 +1,111 @@
+"""Scaling: samples/s and speed-up against 1 worker, on a latency-bound env and a CPU-bound one.
+
+* Latency-bound: ``hdppo.envs.builtin.latency`` waits ``--step-ms`` (20 ms) per step, as a robot
+  or a remote simulator does; 1, 4, 8, 16, 32 workers, one env each. Ray is started with as many
+  logical CPUs as workers + 1, since the workers mostly wait.
+* CPU-bound: Hopper-v5 with 1 and 2 workers (4 envs each) on this machine's cores.
+
+Samples/s is whole-iteration throughput (sampling + update), after one warm-up update, from each
+run's ``metrics.jsonl``. Writes benchmarks/results/scaling.{json,md,png}.
+
+Usage: python benchmarks/scaling.py [--workers 1,4,8,16,32] [--iterations 4] [--step-ms 20]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from machine import machine_info  # noqa: E402
+
+
+def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int, tmp: Path, cpus: int) -> float:
+    import ray
+
+    from hdppo.platform import metrics as M
+    from hdppo.platform.config import validate
+    from hdppo.platform.trainer import Trainer
+
+    batch = workers * envs * steps_per_env
+    cfg = validate({
+        "name": f"scaling-{workers}", "env": env,
+        "layers": [{"ppo": {"minibatch_size": min(512, batch), "num_epochs": 2},
+                    "dppo": {"num_workers": workers, "num_envs_per_worker": envs, "train_batch_size": batch}}],
+        "train": {"total_env_steps": batch * (iterations + 1), "checkpoint_every": 1000, "eval_episodes": 0},
+        "ray": {"num_cpus": cpus}})
+    if ray.is_initialized():
+        ray.shutdown()
+    trainer = Trainer(cfg, tmp / f"{cfg.name}-{env.get('id') or 'latency'}", quiet=True)
+    try:
+        trainer.train()
+        used = trainer.groups[0].num_workers
+    finally:
+        trainer.shutdown()
+        ray.shutdown()
+    assert used == workers, f"asked for {workers} workers, Ray placed {used}"
+    rates = [r["value"] for r in M.read_jsonl(trainer.run_dir / "metrics.jsonl") if r["tag"] == M.PERF_ENV_STEPS_PER_S]
+    timed = rates[1:] or rates
+    return sum(timed) / len(timed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", default="1,4,8,16,32")
+    p.add_argument("--iterations", type=int, default=4)
+    p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--results", type=Path, default=HERE / "results")
+    args = p.parse_args(argv)
+    counts = [int(x) for x in args.workers.split(",")]
+    latency_env = {"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": args.step_ms}}
+    out: dict = {"machine": machine_info(), "step_ms": args.step_ms, "latency": {}, "cpu_bound": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            rate = run(latency_env, n, 1, 50, args.iterations, Path(tmp), cpus=n + 1)
+            out["latency"][n] = rate
+            print(f"[scaling] latency-bound, {n:2d} workers: {rate:8.1f} samples/s", flush=True)
+        for n in (1, 2):
+            rate = run({"id": "Hopper-v5"}, n, 4, 500, args.iterations, Path(tmp), cpus=2)
+            out["cpu_bound"][n] = rate
+            print(f"[scaling] Hopper-v5, {n} workers: {rate:8.1f} samples/s", flush=True)
+    base = out["latency"][counts[0]]
+    rows = "\n".join(f"| {n} | {r:,.1f} | {r / base:.1f}x |" for n, r in out["latency"].items())
+    hop = out["cpu_bound"]
+    targets = {16: 15, 32: 28}
+    verdicts = "; ".join(f"{n} workers: {out['latency'][n] / base:.1f}x (target >= {t}x: "
+                         f"{'met' if out['latency'][n] / base >= t else 'NOT met'})"
+                         for n, t in targets.items() if n in out["latency"])
+    m = out["machine"]
+    md = (f"# Scaling\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, {m.get('cpu_count')} CPUs.\n\n"
+          f"## Latency-bound env ({args.step_ms:g} ms per step, 1 env per worker)\n\n"
+          f"| workers | samples/s | speed-up |\n|---:|---:|---:|\n{rows}\n\n{verdicts}. The article claims 14x at 16.\n\n"
+          f"## CPU-bound: Hopper-v5, 4 envs per worker\n\n| workers | samples/s | speed-up |\n|---:|---:|---:|\n"
+          f"| 1 | {hop[1]:,.0f} | 1.0x |\n| 2 | {hop[2]:,.0f} | {hop[2] / hop[1]:.2f}x |\n\n![scaling](scaling.png)\n")
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "scaling.json").write_text(json.dumps(out, indent=2))
+    (args.results / "scaling.md").write_text(md)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = list(out["latency"])
+    ax.plot(xs, [out["latency"][n] / base for n in xs], "o-", label="hdppo, latency-bound env")
+    ax.plot(xs, xs, "--", color="grey", label="linear")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("speed-up vs 1 worker")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.results / "scaling.png", dpi=120)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
