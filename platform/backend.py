@@ -20,6 +20,13 @@ def call_service(service: Any, method: str, *args: Any) -> Any:
     return getattr(service, method)(*args)
 
 
+class Failed:
+    """A call that raised, kept until someone asks for its result (the local backend's future)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
 class LocalBackend:
     """Everything runs in this process, in order. Calls return values, not futures."""
 
@@ -29,10 +36,22 @@ class LocalBackend:
         return cls(*args)
 
     def call(self, handle: Any, method: str, *args: Any) -> Any:
-        return getattr(handle, method)(*args)
+        if any(isinstance(a, Failed) for a in args):
+            return next(a for a in args if isinstance(a, Failed))
+        try:
+            return getattr(handle, method)(*args)
+        except Exception as exc:  # noqa: BLE001 - re-raised by get(), or reported by outcomes()
+            return Failed(exc)
 
     def get(self, futures: Any) -> Any:
+        for f in futures if isinstance(futures, list) else [futures]:
+            if isinstance(f, Failed):
+                raise f.error
         return futures
+
+    def outcomes(self, futures: list) -> list[Any]:
+        """Each result, or the exception its call raised."""
+        return [f.error if isinstance(f, Failed) else f for f in futures]
 
     def wait_all(self, futures: list, timeout: float | None = None) -> bool:
         return True
@@ -60,6 +79,16 @@ class RayBackend:
 
     def get(self, futures: Any) -> Any:
         return ray.get(futures)
+
+    def outcomes(self, futures: list) -> list[Any]:
+        """Each result, or the exception its task raised (a dead actor included)."""
+        out: list[Any] = []
+        for f in futures:
+            try:
+                out.append(ray.get(f))
+            except (ray.exceptions.RayError, Exception) as exc:  # noqa: BLE001 - reported to the caller
+                out.append(exc)
+        return out
 
     def wait_all(self, futures: list, timeout: float | None = None) -> bool:
         """Wait without pulling the objects to this process; False if ``timeout`` ran out."""

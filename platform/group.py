@@ -15,7 +15,7 @@ import numpy as np
 
 from hdppo.platform import metrics as M
 from hdppo.platform.config import Config
-from hdppo.platform.errors import RayStartError
+from hdppo.platform.errors import HdppoError, RayStartError
 from hdppo.platform.learner import Learner
 from hdppo.platform.rollout_worker import RolloutWorker
 
@@ -48,8 +48,9 @@ class DPPOGroup:
         self.learners = {name: backend.make(Learner, cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                             service, backend.name, dims[name].get("critic_dim"), env_step_budget,
                                             num_cpus=learner_cpus) for name in layers}
-        self.workers = [backend.make(RolloutWorker, cfg, self.layers, i, num_workers, service, num_cpus=worker_cpus)
-                        for i in range(num_workers)]
+        self._worker_args = (service, worker_cpus)
+        self.workers = [self._make_worker(i) for i in range(num_workers)]
+        self.replaced = 0
         pings = [backend.call(w, "ping") for w in self.workers]
         if not backend.wait_all(pings, timeout=PLACEMENT_TIMEOUT_S):
             raise RayStartError(
@@ -59,16 +60,41 @@ class DPPOGroup:
         backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
         self.env_steps = float(self.counters()["env_steps"])
 
+    def _make_worker(self, index: int) -> Any:
+        service, cpus = self._worker_args
+        return self.backend.make(RolloutWorker, self.cfg, self.layers, index, self.num_workers, service, num_cpus=cpus)
+
+    def _survivors(self, results: list[Any]) -> list[Any]:
+        """Keep the rollouts that arrived; replace each worker whose rollout failed (its actor
+        died, or its env raised). A failed rollout is dropped whole, so nothing counts twice.
+        A user error (hdppo's own, e.g. NaN from the env) is not retried: it stops the run."""
+        kept = []
+        for i, r in enumerate(results):
+            if not isinstance(r, BaseException):
+                kept.append(r)
+                continue
+            cause = getattr(r, "cause", None) or r
+            if isinstance(cause, HdppoError):
+                raise cause
+            self.backend.kill(self.workers[i])
+            self.workers[i] = self._make_worker(i)
+            self.replaced += 1
+            print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
+                  f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped", flush=True)
+        if not kept:
+            raise RuntimeError(f"group {self.name!r}: every worker failed in the same iteration")
+        return kept
+
     def iteration(self) -> dict[str, dict[str, float]]:
         """One update of every layer of the group; metrics per layer."""
         t0 = time.perf_counter()
         b = self.backend
         if self.first.dppo.mode == "central":
-            rollouts = [b.call(w, "sample") for w in self.workers]
-            b.wait_all(rollouts)
+            rollouts = self._survivors(b.outcomes([b.call(w, "sample") for w in self.workers]))
             sample_s = time.perf_counter() - t0
             futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
             out = {name: b.get(f) for name, f in futures.items()}
+            out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
         else:
             stats = b.get([b.call(w, "sample_stats_only") for w in self.workers])
             sample_s = time.perf_counter() - t0

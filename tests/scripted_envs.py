@@ -101,3 +101,25 @@ def rllib_two_cartpoles():
     from ray.rllib.env.multi_agent_env import make_multi_agent
 
     return make_multi_agent("CartPole-v1")({"num_agents": 2})
+
+
+class CrashOnceEnv(gym.Wrapper):
+    """CartPole that raises once, in whichever process first reaches ``at_step`` total steps,
+    as a simulator that crashes would; ``flag`` is a file that marks the crash as done."""
+
+    def __init__(self, flag: str, at_step: int = 300):
+        super().__init__(gym.make("CartPole-v1"))
+        self.flag, self.at_step, self.steps = flag, at_step, 0
+
+    def step(self, action):
+        import os
+
+        self.steps += 1
+        if self.steps >= self.at_step and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            raise RuntimeError("simulator crashed")
+        return self.env.step(action)
+
+
+def crash_once(flag: str, at_step: int = 300):
+    return CrashOnceEnv(flag, at_step)

@@ -1,0 +1,54 @@
+"""A worker that dies or whose env raises is replaced; its rollout is dropped, never counted twice."""
+import pytest
+
+from conftest import tiny_config
+from hdppo.platform import metrics as M
+from hdppo.platform.config import validate
+from hdppo.platform.trainer import Trainer
+
+
+def _cfg(tmp_path, backend, env=None):
+    return validate(tiny_config(
+        env=env or {"id": "CartPole-v1"},
+        layers=[{"ppo": {"minibatch_size": 64, "num_epochs": 2},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 512}}],
+        train={"total_env_steps": 2560, "checkpoint_every": 100, "eval_episodes": 1},
+        ray={"backend": backend}))
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_env_that_raises_is_replaced_and_training_goes_on(tmp_path, backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed")}}
+    trainer = Trainer(_cfg(tmp_path, backend, env), tmp_path / "run", quiet=True)
+    try:
+        summary = trainer.train()
+        assert trainer.groups[0].replaced == 1
+    finally:
+        trainer.shutdown()
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    steps = [r["step"] for r in rows if r["tag"] == M.PERF_ENV_STEPS_PER_S]
+    # Each update counts only the rollouts that arrived: one update has half a batch.
+    increments = [b - a for a, b in zip([0] + steps, steps)]
+    assert sorted(set(increments)) == [256, 512] and increments.count(256) == 1
+    assert summary["env_steps"] == steps[-1] >= 2560
+
+
+def test_killed_worker_is_replaced(ray_session, tmp_path):
+    import ray
+
+    killed = []
+
+    def kill_once(trainer, layer, step, metrics):
+        if not killed:
+            killed.append(trainer.groups[0].workers[0])
+            ray.kill(trainer.groups[0].workers[0])
+
+    trainer = Trainer(_cfg(tmp_path, "ray"), tmp_path / "run", quiet=True, hooks=[kill_once])
+    try:
+        summary = trainer.train()
+        assert trainer.groups[0].replaced == 1 and trainer.groups[0].workers[0] is not killed[0]
+    finally:
+        trainer.shutdown()
+    assert summary["env_steps"] >= 2560
