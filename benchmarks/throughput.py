@@ -6,6 +6,7 @@ For every env (default Hopper-v5 and Ant-v5) this measures, in one run on one ma
                         (``raw_env_limit.py``); the hardware ceiling.
 * ``rllib``          -- stock RLlib PPO (``rllib_ppo.py``).
 * ``hdppo_central``  -- hdppo, ``dppo.mode: central`` (workers ship batches, learner runs SGD).
+* ``hdppo_pipeline`` -- the same with ``dppo.pipeline: true`` (workers sample during the update).
 * ``hdppo_dppo``     -- hdppo, ``dppo.mode: dppo`` (workers compute gradients, learner averages).
 
 All PPO runs use the same settings: 2 workers x 4 envs, train batch 4000, minibatch 512,
@@ -51,7 +52,7 @@ HIDDEN = [64, 64]
 RAY_CPUS = 2
 TARGET_VS_RLLIB = 1.5
 TARGET_VS_RAW = 0.5
-MODES = ("central", "dppo")
+MODES = ("central", "pipeline", "dppo")  # pipeline: mode central with dppo.pipeline on
 
 
 # ----------------------------------------------------------------------------- hdppo
@@ -66,7 +67,8 @@ def hdppo_config_dict(env_id: str, mode: str, total_env_steps: int, seed: int = 
             "ppo": {"minibatch_size": MINIBATCH, "num_epochs": EPOCHS, "lr": 3e-4, "lr_schedule": "constant",
                     "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.2, "vf_coeff": 0.5,
                     "entropy_coeff": 0.0, "entropy_coeff_final": 0.0},
-            "dppo": {"mode": mode, "num_workers": NUM_WORKERS, "num_envs_per_worker": ENVS_PER_WORKER,
+            "dppo": {"mode": "central" if mode == "pipeline" else mode, "pipeline": mode == "pipeline",
+                     "num_workers": NUM_WORKERS, "num_envs_per_worker": ENVS_PER_WORKER,
                      "train_batch_size": TRAIN_BATCH},
         }],
         # checkpoint_every larger than the run: only the final checkpoint, after the timed updates.
@@ -207,13 +209,13 @@ def render_markdown(report: dict) -> str:
         "Env steps/s are whole-iteration training throughput (sampling + update + weight sync), "
         "the same definition for RLlib and hdppo.",
         "",
-        "| env | raw limit | RLlib | hdppo central | hdppo dppo | RLlib/raw |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| env | raw limit | RLlib | " + " | ".join(f"hdppo {m}" for m in MODES) + " | RLlib/raw |",
+        "|---|---:|---:|" + "---:|" * len(MODES) + "---:|",
     ]
     for env_id, e in report["results"].items():
         r = e["ratios"]
         lines.append(f"| {env_id} | {_fmt(_rate(e.get('raw')))} | {_fmt(_rate(e.get('rllib')))} | "
-                     f"{_fmt(_rate(e.get('hdppo_central')))} | {_fmt(_rate(e.get('hdppo_dppo')))} | "
+                     + "".join(f"{_fmt(_rate(e.get(f'hdppo_{m}')))} | " for m in MODES) +
                      f"{_fmt(r['rllib_over_raw'], pct=True)} |")
     lines += ["", f"Targets: hdppo >= {TARGET_VS_RLLIB}x RLlib, hdppo >= {100 * TARGET_VS_RAW:.0f}% of raw.", "",
               "| env | mode | hdppo/RLlib | target | hdppo/raw | target | sample s/iter | update s/iter |",
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=10, help="timed PPO iterations (default 10)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed PPO iterations first (default 1)")
     ap.add_argument("--raw-seconds", type=float, default=10.0, help="duration of the raw-limit run per env")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: raw,rllib,central,dppo")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: raw,rllib,central,pipeline,dppo")
     ap.add_argument("--quick", action="store_true", help="tiny budgets for a smoke run (1 timed iteration, 2 s raw)")
     ap.add_argument("--out", default=None, help="output stem in benchmarks/results (default throughput, "
                     "or throughput_quick with --quick)")

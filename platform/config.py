@@ -89,6 +89,10 @@ class DPPOConfig(_Strict):
     num_envs_per_worker: int = Field(4, ge=1, description="Env copies each worker steps together.")
     train_batch_size: int = Field(4000, ge=1, description="Env steps per update, over all workers.")
     worker_cpus: Optional[float] = Field(None, gt=0.0, description="CPUs each worker declares to Ray; default shares the machine.")
+    pipeline: bool = Field(
+        False, description="Mode central: workers collect the next batch while the learner updates "
+        "(their weights are then one version behind; PPO's ratio corrects for it).")
+    max_lag: int = Field(3, ge=0, description="Rollouts from weights more than max_lag versions old are dropped.")
     compression: Literal["none", "sign1", "q2", "q8"] = Field(
         "none", description="Mode dppo: gradients sent as 1-bit signs, 2-bit or 8-bit codes, with error feedback.")
 
@@ -218,6 +222,9 @@ class LayerConfig(_Strict):
 
     @model_validator(mode="after")
     def _sizes(self) -> "LayerConfig":
+        if self.dppo.pipeline and (self.dppo.mode != "central" or self.dppo.max_lag < 1):
+            raise ValueError("dppo.pipeline needs dppo.mode 'central' and dppo.max_lag >= 1: pipelined "
+                             "rollouts are one version old")
         if self.exploration.type == "rnd" and self.dppo.mode == "dppo":
             raise ValueError("exploration.type 'rnd' needs dppo.mode 'central': the learner trains the RND "
                              "predictor on the samples, which mode 'dppo' keeps on the workers")

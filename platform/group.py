@@ -51,6 +51,7 @@ class DPPOGroup:
         self._worker_args = (service, worker_cpus)
         self.workers = [self._make_worker(i) for i in range(num_workers)]
         self.replaced = 0
+        self._next: list[Any] | None = None  # pipelined sample calls already in flight
         pings = [backend.call(w, "ping") for w in self.workers]
         if not backend.wait_all(pings, timeout=PLACEMENT_TIMEOUT_S):
             raise RayStartError(
@@ -90,8 +91,12 @@ class DPPOGroup:
         t0 = time.perf_counter()
         b = self.backend
         if self.first.dppo.mode == "central":
-            rollouts = self._survivors(b.outcomes([b.call(w, "sample") for w in self.workers]))
+            pending = self._next or [b.call(w, "sample") for w in self.workers]
+            rollouts = self._survivors(b.outcomes(pending))
             sample_s = time.perf_counter() - t0
+            if self.first.dppo.pipeline:
+                # The next batch is collected while the learners update on this one.
+                self._next = [b.call(w, "sample") for w in self.workers]
             futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
             out = {name: b.get(f) for name, f in futures.items()}
             out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)

@@ -109,9 +109,19 @@ class Learner:
         """Workers return one entry per layer of their group; keep this layer's."""
         return [x[self.layer.name] if isinstance(x, dict) else x for x in items]
 
+    def _fresh(self, items: list) -> tuple[list, int]:
+        """Drop rollouts (or their stats) from weights more than ``max_lag`` versions old."""
+        max_lag = self.layer.dppo.max_lag
+        kept = [x for x in items if self.version - (x.stats if hasattr(x, "stats") else x).version <= max_lag]
+        return kept, len(items) - len(kept)
+
     def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> dict[str, float]:
         t0 = time.perf_counter()
-        rollouts = tuple(self._mine(rollouts))
+        fresh, dropped = self._fresh(self._mine(rollouts))
+        if not fresh:
+            return {M.PERF_DROPPED_STALE: float(dropped), "_env_steps": float(self.env_steps),
+                    "_version": float(self.version)}
+        rollouts = tuple(fresh)
         stats = [r.stats for r in rollouts]
         coefs = self.coefficients()
         self._absorb(stats)
@@ -132,6 +142,7 @@ class Learner:
             if self._kl_exceeded(epoch_kl):
                 break
         out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.rnd is None)
+        out[M.PERF_DROPPED_STALE] = float(dropped)
         if self.rnd is not None:
             out[M.LOSS_RND] = self._train_rnd(tb.obs, k)
             self.publish()
@@ -224,7 +235,7 @@ class Learner:
         out[M.CHART_EPISODES] = float(len(returns))
         out["_env_steps"] = float(self.env_steps)
         out["_version"] = float(self.version)
-        lags = [self.version - 1 - s.version for s in stats]
+        lags = [self.version - 1 - s.version for s in stats]  # staleness of every sample used
         out[M.PERF_MAX_STALENESS] = float(max(lags)) if lags else 0.0
         return out
 

@@ -37,6 +37,7 @@ PERF_SGD_STEPS = "perf/sgd_steps"
 PERF_SAMPLES = "perf/samples"
 PERF_GRAD_BYTES = "perf/grad_bytes_per_update"
 PERF_WORKERS_REPLACED = "perf/workers_replaced"
+PERF_DROPPED_STALE = "perf/dropped_stale_rollouts"
 PERF_MAX_STALENESS = "perf/max_staleness"
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
