@@ -50,11 +50,26 @@ def total_steps_curve(run_dir: Path) -> list[tuple[int, float]]:
     return curve
 
 
+def _summary(run_dir: Path) -> dict:
+    """summary.json, or (a run whose final evaluation did not finish) the same figures from
+    metrics.jsonl: the env steps of all groups and the first-to-last update time."""
+    path = run_dir / "summary.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    updates = [r for r in rows if r["tag"] == "perf/env_steps_per_s"]
+    last = {}
+    for r in updates:
+        last[r["layer"]] = max(last.get(r["layer"], 0), r["step"])
+    return {"env_steps": int(sum(last.values())), "wall_s": updates[-1]["time"] - updates[0]["time"],
+            "note": "no summary.json; figures from metrics.jsonl"}
+
+
 def measure(run_dir: Path, episodes: int) -> dict:
     from hdppo.envs.builtin.ant_navigate import SUCCESS_RETURN
 
     ev = evaluate_run(run_dir, episodes)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = _summary(run_dir)
     successes = sum(r > SUCCESS_RETURN for r in ev["returns"])
     return {"run_dir": str(run_dir), "config": ev["cfg"].name, "checkpoint": ev["checkpoint"],
             "env_steps": summary["env_steps"], "wall_s": round(summary["wall_s"], 1), "episodes": len(ev["returns"]),
