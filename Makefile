@@ -6,6 +6,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.hdppo-installed
 CONFIG ?= configs/default.yaml
+# A new run dir each time, so that `make train` can be run again; `hdppo train` itself never
+# overwrites a run dir (continue one with --resume).
+RUN_DIR ?= runs/$(basename $(notdir $(CONFIG)))-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: install train test test-fast bench clean
 
@@ -19,7 +22,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 train: $(STAMP)
-	$(VENV)/bin/hdppo train $(CONFIG)
+	$(VENV)/bin/hdppo train $(CONFIG) --run-dir $(RUN_DIR)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
