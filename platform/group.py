@@ -80,11 +80,18 @@ class DPPOGroup:
             self.backend.kill(self.workers[i])
             self.workers[i] = self._make_worker(i)
             self.replaced += 1
+            if self._next is not None:  # the pipelined call went to the dead worker
+                self._next[i] = self.backend.call(self.workers[i], "sample")
             print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
                   f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped", flush=True)
         if not kept:
             raise RuntimeError(f"group {self.name!r}: every worker failed in the same iteration")
         return kept
+
+    def _update_central(self, rollouts: list[Any]) -> dict[str, dict[str, float]]:
+        b = self.backend
+        futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
+        return {name: b.get(f) for name, f in futures.items()}
 
     def iteration(self) -> dict[str, dict[str, float]]:
         """One update of every layer of the group; metrics per layer."""
@@ -92,13 +99,20 @@ class DPPOGroup:
         b = self.backend
         if self.first.dppo.mode == "central":
             pending = self._next or [b.call(w, "sample") for w in self.workers]
-            rollouts = self._survivors(b.outcomes(pending))
+            b.wait_all(pending)
             sample_s = time.perf_counter() - t0
             if self.first.dppo.pipeline:
                 # The next batch is collected while the learners update on this one.
                 self._next = [b.call(w, "sample") for w in self.workers]
-            futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
-            out = {name: b.get(f) for name, f in futures.items()}
+            try:
+                # The common case: rollouts go from the workers to the learners by reference,
+                # never through this process.
+                out = self._update_central(pending)
+            except Exception as exc:  # noqa: BLE001 - sorted out below: a failed worker, or not
+                results = b.outcomes(pending)
+                if not any(isinstance(r, BaseException) for r in results):
+                    raise exc
+                out = self._update_central(self._survivors(results))
             out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
         else:
             stats = b.get([b.call(w, "sample_stats_only") for w in self.workers])
