@@ -115,8 +115,6 @@ def throughput_from_metrics(path: Path, warmup: int) -> dict:
 
 
 def hdppo_env_steps_per_s(env_id: str, mode: str, iterations: int, warmup: int, tmp: Path) -> dict:
-    import ray
-
     from hdppo.platform.config import validate
     from hdppo.platform.trainer import Trainer
 

@@ -63,7 +63,3 @@ def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
         raise EnvError(f"env {name!r}: the factory returned {type(env).__name__}, not a gymnasium.Env. "
                        "Return a gymnasium.Env (wrap other APIs in an adapter).")
     return env
-
-
-def env_name(env_id: str | None, entry_point: str | None) -> str:
-    return env_id or entry_point or "<env>"

@@ -16,9 +16,6 @@ from hdppo.envs.adapters import MultiAgentAdapter
 from hdppo.platform.config import Config, LayerConfig, SquadsSpec
 from hdppo.platform.errors import ConfigError, EnvError
 
-BOTTOM_LANES = None  # the bottom layer's lanes are the env's live agents, one lane each
-
-
 @dataclass
 class LayerSpec:
     name: str

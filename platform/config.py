@@ -35,6 +35,11 @@ class EnvConfig(_Strict):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the env or factory.")
     max_episode_steps: Optional[int] = Field(None, ge=1, description="Truncate episodes at this length.")
 
+    @property
+    def name(self) -> str:
+        """How errors and logs name this env."""
+        return self.id or self.entry_point or "env"
+
     @model_validator(mode="after")
     def _one_source(self) -> "EnvConfig":
         if (self.id is None) == (self.entry_point is None):

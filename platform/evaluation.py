@@ -33,7 +33,7 @@ def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed
         return _evaluate_hierarchy(cfg, states, episodes, seed, num_envs)
     layer = cfg.layers[0]
     state = states[layer.name]
-    pool = EnvPool(make_env_fn(cfg), num_envs, seed=seed, name=cfg.env.id or cfg.env.entry_point or "env")
+    pool = EnvPool(make_env_fn(cfg), num_envs, seed=seed, name=cfg.env.name)
     policy = ActorCritic(pool.obs_dim, pool.action_space, layer.policy.hidden, layer.policy.activation)
     policy.load_state_dict(state["policy"])
     norm = _normalizer(cfg, layer.name, pool.obs_dim, state)

@@ -11,7 +11,6 @@ import math
 import time
 from typing import Any
 
-import numpy as np
 
 from hdppo.platform import metrics as M
 from hdppo.platform.config import Config

@@ -68,7 +68,7 @@ class RolloutWorker:
         if not cfg.hierarchical:
             layer = cfg.layers[0]
             self.pool = EnvPool(make_env_fn(cfg), d.num_envs_per_worker, seed=seed,
-                                name=cfg.env.id or cfg.env.entry_point or "env")
+                                name=cfg.env.name)
             self._add_layer(layer.name, self.pool.obs_dim, self.pool.action_space, None, d.num_envs_per_worker)
             self.rollout_len = rollout_length(layer, num_workers)
         else:

@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from hdppo.envs.loading import make_gym_env
 from hdppo.platform import metrics as M
 from hdppo.platform.backend import make_backend
 from hdppo.platform.checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
@@ -28,6 +27,7 @@ from hdppo.platform.group import DPPOGroup
 from hdppo.platform.learner import Learner
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.progress import Progress
+from hdppo.platform.rollout_worker import make_env_fn
 from hdppo.platform.ray_runtime import init_ray
 
 Hook = Callable[["Trainer", str, int, dict], None]
@@ -74,9 +74,7 @@ class Trainer:
         if not self.cfg.hierarchical:
             from hdppo.envs.env_pool import EnvPool
 
-            e = self.cfg.env
-            pool = EnvPool(lambda: make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps), 1,
-                           seed=self.cfg.train.seed, name=e.id or e.entry_point or "env")
+            pool = EnvPool(make_env_fn(self.cfg), 1, seed=self.cfg.train.seed, name=self.cfg.env.name)
             pool.close()
             return {self.cfg.layers[0].name: {"obs_dim": pool.obs_dim, "action_space": pool.action_space}}
         from hdppo.hierarchies.spec import probe_env

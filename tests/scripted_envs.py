@@ -123,3 +123,12 @@ class CrashOnceEnv(gym.Wrapper):
 
 def crash_once(flag: str, at_step: int = 300):
     return CrashOnceEnv(flag, at_step)
+
+
+def corridor_aec():
+    """The corridor as an AEC env (PettingZoo's parallel_to_aec marks it parallelizable)."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    from hdppo.envs.builtin.corridor import CorridorEnv
+
+    return parallel_to_aec(CorridorEnv(num_agents=2))

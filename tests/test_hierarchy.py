@@ -147,10 +147,8 @@ def test_agents_that_die_mid_episode_close_their_own_lane_only():
     assert np.isfinite(batch.advantages).all()
 
 
-def test_aec_env_with_action_masks_is_converted_and_masks_are_honoured():
-    """PettingZoo's tic-tac-toe (AEC, Dict observations with action_mask)."""
-    from pettingzoo.utils.conversions import aec_to_parallel  # noqa: F401 - the conversion the adapter uses
-
+def test_turn_based_aec_env_with_action_masks_honours_the_masks():
+    """PettingZoo's tic-tac-toe (AEC, not parallelizable, Dict observations with action_mask)."""
     cfg = validate(tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.classic.tictactoe_v3"},
                                layers=[{"name": "control", "ppo": {"minibatch_size": 32}}]))
     probe, specs = probe_env(cfg, 0)
@@ -376,3 +374,13 @@ def test_intrinsic_reward_on_an_upper_layer_is_refused():
     cfg["layers"][0]["reward"] = {"env": 1.0, "intrinsic": 1.0, "intrinsic_fn": "corridor_follow"}
     with pytest.raises(ConfigError, match="intrinsic rewards are computed for the bottom layer"):
         validate(cfg)
+
+
+def test_parallelizable_aec_env_goes_through_pettingzoos_conversion():
+    from hdppo.envs.adapters import ParallelAdapter, make_multi_agent
+
+    adapter = make_multi_agent("pettingzoo", None, "scripted_envs:corridor_aec", {}, None)
+    # aec_to_parallel hands back the parallel env that parallel_to_aec wrapped.
+    assert type(adapter) is ParallelAdapter and type(adapter.env).__name__ == "CorridorEnv"
+    obs = adapter.reset(seed=0)
+    assert set(obs) == {"walker_0", "walker_1"} and adapter.acting == adapter.agents
