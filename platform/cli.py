@@ -62,6 +62,16 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ablate(args: argparse.Namespace) -> int:
+    from hdppo.platform.ablation import ablate, parse_counts
+
+    out = Path(args.out) if args.out else Path("runs") / f"ablate-{Path(args.config).stem}"
+    ablate(args.config, parse_counts(args.workers), out, args.set)
+    print((out / "ablation.md").read_text())
+    print(f"[hdppo] table and plot: {out}/ablation.md, {out}/ablation.png")
+    return 0
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     from hdppo.platform.config import json_schema
 
@@ -93,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")
     c.add_argument("--steps", type=int, default=200)
     c.set_defaults(fn=_cmd_check_env)
+
+    a = sub.add_parser("ablate", help="train a config with several worker counts; table and plot")
+    a.add_argument("config")
+    a.add_argument("--workers", default="1,2,4,8", help="comma-separated worker counts (default 1,2,4,8)")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a.add_argument("--out", help="output folder (default runs/ablate-<config name>)")
+    a.set_defaults(fn=_cmd_ablate)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the config (for editors)")
     s.set_defaults(fn=_cmd_schema)

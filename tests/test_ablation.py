@@ -1,0 +1,24 @@
+import json
+
+import pytest
+
+from conftest import tiny_config
+from hdppo.platform.ablation import ablate, parse_counts
+from hdppo.platform.errors import ConfigError
+
+
+def test_ablate_trains_each_worker_count_and_writes_table_and_plot(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(json.dumps(tiny_config()))
+    rows = ablate(str(cfg), [1, 2], tmp_path / "out")
+    assert [r["workers"] for r in rows] == [1, 2] and [r["workers_used"] for r in rows] == [[1], [2]]
+    assert all(r["env_steps"] >= 512 and r["env_steps_per_s"] > 0 for r in rows)
+    for name in ("ablation.json", "ablation.md", "ablation.png"):
+        assert (tmp_path / "out" / name).is_file()
+    assert "| 2 |" in (tmp_path / "out" / "ablation.md").read_text()
+
+
+@pytest.mark.parametrize("text", ["", "1,x", "0,2"])
+def test_bad_worker_lists_are_refused(text):
+    with pytest.raises(ConfigError, match="positive worker counts"):
+        parse_counts(text)
