@@ -18,7 +18,7 @@ import torch
 from hdppo.envs.adapters import MultiAgentAdapter
 from hdppo.hierarchies.intrinsic import IntrinsicFn, resolve
 from hdppo.hierarchies.recorder import LayerRecorder
-from hdppo.hierarchies.spec import LayerSpec, command_vector, parent_lane, split_obs
+from hdppo.hierarchies.spec import LayerSpec, command_vector, env_part_dim, parent_lane, split_obs
 from hdppo.platform.errors import EnvError
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import ObservationNormalizer
@@ -87,8 +87,6 @@ class HierarchyRunner:
                     if spec.bottom and m_mask is not None:
                         mask = m_mask
                 else:  # a member that is gone: zeros of its size
-                    from hdppo.hierarchies.spec import env_part_dim
-
                     flat = np.zeros(env_part_dim(c.env.observation_space(m))[0], np.float32)
                 views.append(flat)
             env_part = np.concatenate(views) if len(views) > 1 else views[0]

@@ -55,12 +55,12 @@ class Learner:
 
     # -- publishing ----------------------------------------------------------------------------
     def weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        return _snapshot(self.policy)
 
     def publish(self) -> int:
         """One ``put`` of this version's weights; the service keeps the reference."""
         ref = self._put(self.weights())
-        rnd = [self._put({k: v.detach().clone() for k, v in self.rnd.predictor.state_dict().items()})] if self.rnd else None
+        rnd = [self._put(_snapshot(self.rnd.predictor))] if self.rnd else None
         call_service(self.service, "publish", self.layer.name, self.version, [ref],
                      self.obs_stats.to_state(), self.reward_stats.to_state(), self.progress(), rnd)
         return self.version
@@ -268,6 +268,11 @@ class Learner:
         self.policy.load_state_dict(state["policy"])
         self.obs_stats = RunningStats.from_state(state["obs_stats"])
         return self.publish()
+
+
+def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of the module's weights that later optimizer steps cannot change."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def _terms_dict(terms) -> dict[str, float]:
