@@ -116,7 +116,10 @@ class CrashOnceEnv(gym.Wrapper):
 
         self.steps += 1
         if self.steps >= self.at_step and not os.path.exists(self.flag):
-            open(self.flag, "w").close()
+            try:  # O_EXCL: when two workers get here at once, only one of them crashes
+                os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return self.env.step(action)
             raise RuntimeError("simulator crashed")
         return self.env.step(action)
 
