@@ -9,6 +9,10 @@ import gymnasium as gym
 
 from hdppo.platform.errors import EnvError
 
+# Each rollout worker sets this before it makes its envs, so an env can vary by worker
+# (per-worker conditions, domain randomization); unset outside workers.
+WORKER_INDEX_VAR = "HDPPO_WORKER_INDEX"
+
 
 def resolve_entry_point(entry_point: str) -> Callable[..., Any]:
     """Import ``package.module:attribute`` and return the attribute."""

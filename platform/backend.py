@@ -56,6 +56,13 @@ class LocalBackend:
     def wait_all(self, futures: list, timeout: float | None = None) -> bool:
         return True
 
+    def ready(self, futures: list) -> list[int]:
+        """Positions of the calls that have finished (here: all of them, calls run eagerly)."""
+        return list(range(len(futures)))
+
+    def free_cpus(self) -> float:
+        return float("inf")
+
     def put(self, obj: Any) -> Any:
         return obj
 
@@ -94,6 +101,17 @@ class RayBackend:
         """Wait without pulling the objects to this process; False if ``timeout`` ran out."""
         ready, _ = ray.wait(futures, num_returns=len(futures), fetch_local=False, timeout=timeout)
         return len(ready) == len(futures)
+
+    def ready(self, futures: list) -> list[int]:
+        """Positions of the calls that have finished; blocks until at least one has."""
+        first, _ = ray.wait(futures, num_returns=1, fetch_local=False)
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=0, fetch_local=False)
+        done_ids = {ref for ref in [*first, *done]}
+        return [i for i, f in enumerate(futures) if f in done_ids]
+
+    def free_cpus(self) -> float:
+        """CPUs no actor has claimed yet, over the whole cluster."""
+        return float(ray.available_resources().get("CPU", 0.0))
 
     def put(self, obj: Any) -> Any:
         return ray.put(obj)

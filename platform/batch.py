@@ -20,6 +20,8 @@ class Batch:
     returns: np.ndarray     # [B] advantages + values: the value target
     masks: np.ndarray = None        # [B, logits] legal-action masks, or [B, 0] when the space has none
     critic_obs: np.ndarray = None   # [B, state_dim] for a centralized critic, or [B, 0]
+    versions: np.ndarray = None     # [B] int64: the weights version that chose each action (staleness)
+    weights: np.ndarray = None      # [B] float32 loss weight of each sample (1; less for stale samples)
 
     def __post_init__(self) -> None:
         n = self.obs.shape[0]
@@ -27,6 +29,10 @@ class Batch:
             self.masks = np.zeros((n, 0), np.float32)
         if self.critic_obs is None:
             self.critic_obs = np.zeros((n, 0), np.float32)
+        if self.versions is None:
+            self.versions = np.zeros(n, np.int64)
+        if self.weights is None:
+            self.weights = np.ones(n, np.float32)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -52,6 +58,8 @@ class TorchBatch:
     returns: torch.Tensor
     masks: torch.Tensor
     critic_obs: torch.Tensor
+    versions: torch.Tensor
+    weights: torch.Tensor
 
     def take(self, idx: torch.Tensor) -> "TorchBatch":
         return TorchBatch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})

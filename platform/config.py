@@ -84,6 +84,24 @@ class PPOConfig(_Strict):
     normalize_advantages: bool = Field(True, description="Standardise advantages over the train batch.")
 
 
+class ElasticConfig(_Strict):
+    """Grow the pool while the machine has idle CPUs, shrink it while it is oversubscribed."""
+
+    min_workers: int = Field(1, ge=1, description="Never fewer workers.")
+    max_workers: int = Field(8, ge=1, description="Never more workers (nor more than Ray has CPUs free for).")
+    low_util: float = Field(0.6, ge=0.0, le=1.0, description="Add a worker when CPU utilization is below this (fraction).")
+    high_util: float = Field(0.95, ge=0.0, le=1.0, description="Remove a worker when CPU utilization is above this.")
+    every: int = Field(5, ge=1, description="Updates between decisions (utilization is averaged over them).")
+
+    @model_validator(mode="after")
+    def _order(self) -> "ElasticConfig":
+        if self.min_workers > self.max_workers:
+            raise ValueError(f"min_workers ({self.min_workers}) must be <= max_workers ({self.max_workers})")
+        if self.low_util >= self.high_util:
+            raise ValueError(f"low_util ({self.low_util}) must be < high_util ({self.high_util})")
+        return self
+
+
 class DPPOConfig(_Strict):
     """The layer's DPPO group: its worker pool and how updates are computed."""
 
@@ -100,6 +118,32 @@ class DPPOConfig(_Strict):
     max_lag: int = Field(3, ge=0, description="Rollouts from weights more than max_lag versions old are dropped.")
     compression: Literal["none", "sign1", "q2", "q8"] = Field(
         "none", description="Mode dppo: gradients sent as 1-bit signs, 2-bit or 8-bit codes, with error feedback.")
+    sync: Literal["sync", "soft", "async"] = Field(
+        "sync", description="'sync': a barrier each update, every worker one equal rollout. 'soft': no barrier; "
+        "workers stream rollout chunks and refresh weights every refresh_every steps, the learner updates as soon "
+        "as train_batch_size samples have arrived from any workers (faster workers contribute more: dynamic "
+        "batching). 'async': the learner updates on whatever chunks have arrived, as they arrive. Soft and async "
+        "keep workers collecting while the learner updates (pipelining); samples more than max_lag versions old "
+        "are never used.")
+    refresh_every: int = Field(64, ge=1, description="Sync 'soft': env steps (per env) between weight refreshes inside a rollout.")
+    chunks_per_worker: int = Field(
+        4, ge=1, description="Sync 'soft'/'async': a worker's share of a batch is cut into this many chunks, "
+        "so a batch can be filled by whichever workers are fastest.")
+    stale: Literal["drop", "downweight"] = Field(
+        "drop", description="Samples older than max_lag versions are always dropped; 'downweight' also scales "
+        "the loss of each sample within the bound by stale_decay ** lag.")
+    stale_decay: float = Field(0.5, gt=0.0, le=1.0, description="stale 'downweight': loss weight factor per version of lag.")
+    aggregate: Literal["samples", "quality"] = Field(
+        "samples", description="Mode dppo: average workers' gradients weighted by sample count, or by count times "
+        "trajectory quality, w_i ∝ n_i·exp(quality_beta·z_i), z_i the standardised mean return target of worker i.")
+    quality_beta: float = Field(1.0, ge=0.0, description="aggregate 'quality': temperature; 0 is plain sample weighting.")
+    elastic: Optional[ElasticConfig] = Field(
+        None, description="Resize the worker pool while training from CPU utilization (and `hdppo scale` at any time).")
+
+    @property
+    def streaming(self) -> bool:
+        """Workers stream chunks without a barrier (sync soft or async)."""
+        return self.sync != "sync"
 
 
 class NormalizationConfig(_Strict):
@@ -230,6 +274,12 @@ class LayerConfig(_Strict):
         if self.dppo.pipeline and (self.dppo.mode != "central" or self.dppo.max_lag < 1):
             raise ValueError("dppo.pipeline needs dppo.mode 'central' and dppo.max_lag >= 1: pipelined "
                              "rollouts are one version old")
+        if self.dppo.streaming and self.dppo.max_lag < 1:
+            raise ValueError(f"dppo.sync {self.dppo.sync!r} needs dppo.max_lag >= 1: chunks collected while the "
+                             "learner updates are at least one version old, and with max_lag 0 all would be dropped")
+        if self.dppo.streaming and self.dppo.mode != "central":
+            raise ValueError(f"dppo.sync {self.dppo.sync!r} needs dppo.mode 'central': mode 'dppo' takes every "
+                             "worker's gradient on one weights version each step, which is a barrier; use sync 'sync'")
         if self.exploration.type == "rnd" and self.dppo.mode == "dppo":
             raise ValueError("exploration.type 'rnd' needs dppo.mode 'central': the learner trains the RND "
                              "predictor on the samples, which mode 'dppo' keeps on the workers")
@@ -460,6 +510,13 @@ def json_schema() -> dict:
     return Config.model_json_schema()
 
 
+def worker_quota(layer: LayerConfig, num_workers: int) -> int:
+    """Samples per rollout of one worker: its share of ``train_batch_size``, cut into
+    ``chunks_per_worker`` chunks when workers stream (sync soft/async)."""
+    chunks = layer.dppo.chunks_per_worker if layer.dppo.streaming else 1
+    return max(1, math.ceil(layer.dppo.train_batch_size / (num_workers * chunks)))
+
+
 def rollout_length(layer: LayerConfig, num_workers: int) -> int:
-    """Steps per env per rollout so that all workers together fill ``train_batch_size``."""
-    return max(1, math.ceil(layer.dppo.train_batch_size / (num_workers * layer.dppo.num_envs_per_worker)))
+    """Steps per env per rollout so that the workers' rollouts together fill ``train_batch_size``."""
+    return max(1, math.ceil(worker_quota(layer, num_workers) / layer.dppo.num_envs_per_worker))

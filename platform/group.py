@@ -1,9 +1,17 @@
 """One DPPO group: a pool of rollout workers and one learner per layer of the group.
 
-By default every layer is its own group. One call of :meth:`DPPOGroup.iteration` is one
-synchronous update: every worker samples with the newest weights of all layers, then each of
-the group's learners updates its layer (mode ``central``), or the workers compute gradients on
-their own shards that the learner averages (mode ``dppo``).
+By default every layer is its own group. One call of :meth:`DPPOGroup.iteration` is one update
+of the group's layers. How the samples get there is the group's ``dppo.sync``:
+
+- ``sync``: a barrier. Every worker samples one equal rollout with the newest weights, then each
+  learner updates (mode ``central``), or the workers compute gradients on their own shards that
+  the learner averages (mode ``dppo``). ``pipeline`` starts the next rollouts before the update.
+- ``soft`` / ``async``: no barrier. Every worker always has a rollout chunk in flight; the update
+  takes the first chunks to arrive (a full batch for ``soft``, whatever has arrived for
+  ``async``), so fast workers contribute more. Staleness is bounded per sample by the learner.
+
+The pool can be resized between updates (:meth:`DPPOGroup.resize`): by ``hdppo scale``, or by
+the ``dppo.elastic`` policy on CPU utilization.
 """
 from __future__ import annotations
 
@@ -49,8 +57,18 @@ class DPPOGroup:
                                             num_cpus=learner_cpus) for name in layers}
         self._worker_args = (service, worker_cpus)
         self.workers = [self._make_worker(i) for i in range(num_workers)]
+        self.generation = [0] * num_workers  # bumped when a worker is replaced
         self.replaced = 0
         self._next: list[Any] | None = None  # pipelined sample calls already in flight
+        self._inflight: dict[int, tuple[int, Any]] = {}  # streaming: worker -> (generation, call)
+        self._arrived: list[tuple[int, int, Any]] = []   # streaming: finished, not yet used
+        self._updates = 0
+        self._meter = None
+        if self.first.dppo.elastic is not None:
+            from hdppo.platform.elastic import CpuMeter
+
+            self._meter = CpuMeter()
+            self._util: list[float] = []
         pings = [backend.call(w, "ping") for w in self.workers]
         if not backend.wait_all(pings, timeout=PLACEMENT_TIMEOUT_S):
             raise RayStartError(
@@ -64,54 +82,92 @@ class DPPOGroup:
         service, cpus = self._worker_args
         return self.backend.make(RolloutWorker, self.cfg, self.layers, index, self.num_workers, service, num_cpus=cpus)
 
-    def _survivors(self, results: list[Any]) -> list[Any]:
+    def _replace(self, i: int, cause: BaseException) -> None:
+        """A fresh worker i; its calls already in flight (pipelined or streaming) are re-issued."""
+        self.backend.kill(self.workers[i])
+        self.workers[i] = self._make_worker(i)
+        self.generation[i] += 1
+        self.replaced += 1
+        if self._next is not None:  # the pipelined call went to the dead worker
+            self._next[i] = self.backend.call(self.workers[i], "sample")
+        if i in self._inflight:
+            self._inflight[i] = (self.generation[i], self.backend.call(self.workers[i], "sample"))
+        print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
+              f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped", flush=True)
+
+    def _survivors(self, results: list[Any], sources: list[tuple[int, int]]) -> list[Any]:
         """Keep the rollouts that arrived; replace each worker whose rollout failed (its actor
         died, or its env raised). A failed rollout is dropped whole, so nothing counts twice.
-        A user error (hdppo's own, e.g. NaN from the env) is not retried: it stops the run."""
+        ``sources`` says which worker (and which incarnation of it) made each result, so a
+        worker already replaced is not replaced again. A user error (hdppo's own, e.g. NaN
+        from the env) is not retried: it stops the run."""
         kept = []
-        for i, r in enumerate(results):
+        for r, (i, gen) in zip(results, sources):
             if not isinstance(r, BaseException):
                 kept.append(r)
                 continue
             cause = getattr(r, "cause", None) or r
             if isinstance(cause, HdppoError):
                 raise cause
-            self.backend.kill(self.workers[i])
-            self.workers[i] = self._make_worker(i)
-            self.replaced += 1
-            if self._next is not None:  # the pipelined call went to the dead worker
-                self._next[i] = self.backend.call(self.workers[i], "sample")
-            print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
-                  f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped", flush=True)
+            if i < len(self.workers) and gen == self.generation[i]:
+                self._replace(i, cause)
         if not kept:
             raise RuntimeError(f"group {self.name!r}: every worker failed in the same iteration")
         return kept
+
+    def _update_with_failover(self, pending: list[Any], sources: list[tuple[int, int]]) -> dict[str, dict[str, float]]:
+        try:
+            # The common case: rollouts go from the workers to the learners by reference,
+            # never through this process.
+            return self._update_central(pending)
+        except Exception as exc:  # noqa: BLE001 - sorted out below: a failed worker, or not
+            results = self.backend.outcomes(pending)
+            if not any(isinstance(r, BaseException) for r in results):
+                raise exc
+            return self._update_central(self._survivors(results, sources))
 
     def _update_central(self, rollouts: list[Any]) -> dict[str, dict[str, float]]:
         b = self.backend
         futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
         return {name: b.get(f) for name, f in futures.items()}
 
+    def _stream(self) -> tuple[list[Any], list[tuple[int, int]]]:
+        """Sync soft/async: the first chunks to arrive, from any workers. Every worker is given
+        its next chunk as soon as one arrives, so collecting never waits on the update."""
+        b, d = self.backend, self.first.dppo
+        for i, w in enumerate(self.workers):
+            if i not in self._inflight:
+                self._inflight[i] = (self.generation[i], b.call(w, "sample"))
+        need = len(self.workers) * d.chunks_per_worker if d.sync == "soft" else 1
+        while len(self._arrived) < need:
+            order = list(self._inflight)
+            for j in b.ready([self._inflight[i][1] for i in order]):
+                i = order[j]
+                gen, ref = self._inflight.pop(i)
+                self._arrived.append((i, gen, ref))
+                self._inflight[i] = (self.generation[i], b.call(self.workers[i], "sample"))
+        take = len(self._arrived) if d.sync == "async" else need
+        used, self._arrived = self._arrived[:take], self._arrived[take:]
+        return [ref for _, _, ref in used], [(i, gen) for i, gen, _ in used]
+
     def iteration(self) -> dict[str, dict[str, float]]:
         """One update of every layer of the group; metrics per layer."""
         t0 = time.perf_counter()
         b = self.backend
-        if self.first.dppo.mode == "central":
+        if self.first.dppo.streaming:
+            pending, sources = self._stream()
+            sample_s = time.perf_counter() - t0
+            out = self._update_with_failover(pending, sources)
+            out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
+        elif self.first.dppo.mode == "central":
             pending = self._next or [b.call(w, "sample") for w in self.workers]
+            sources = [(i, self.generation[i]) for i in range(len(pending))]
             b.wait_all(pending)
             sample_s = time.perf_counter() - t0
             if self.first.dppo.pipeline:
                 # The next batch is collected while the learners update on this one.
                 self._next = [b.call(w, "sample") for w in self.workers]
-            try:
-                # The common case: rollouts go from the workers to the learners by reference,
-                # never through this process.
-                out = self._update_central(pending)
-            except Exception as exc:  # noqa: BLE001 - sorted out below: a failed worker, or not
-                results = b.outcomes(pending)
-                if not any(isinstance(r, BaseException) for r in results):
-                    raise exc
-                out = self._update_central(self._survivors(results))
+            out = self._update_with_failover(pending, sources)
             out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
         else:
             stats = b.get([b.call(w, "sample_stats_only") for w in self.workers])
@@ -124,7 +180,66 @@ class DPPOGroup:
             metrics[M.PERF_SAMPLE_S] = sample_s
             metrics[M.PERF_UPDATE_S] = wall - sample_s
             metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall
+            metrics[M.PERF_NUM_WORKERS] = float(len(self.workers))
+        self._updates += 1
+        if self._meter is not None:
+            self._elastic(out[self.layers[0]])
         return out
+
+    # -- elastic pool --------------------------------------------------------------------------
+    def _elastic(self, metrics: dict[str, float]) -> None:
+        """Every ``elastic.every`` updates, resize by the policy on mean CPU utilization."""
+        from hdppo.platform.elastic import decide_workers
+
+        e = self.first.dppo.elastic
+        self._util.append(self._meter())  # type: ignore[misc]
+        metrics[M.PERF_CPU_UTIL] = self._util[-1]
+        if self._updates % e.every:  # type: ignore[union-attr]
+            return
+        util = sum(self._util) / len(self._util)
+        self._util = []
+        n = decide_workers(len(self.workers), util, e, self.backend.free_cpus(), self._worker_args[1])  # type: ignore[arg-type]
+        if n != len(self.workers):
+            print(f"[hdppo] group {self.name!r}: CPU utilization {util:.0%} -> {n} workers (was {len(self.workers)})",
+                  flush=True)
+            self.resize(n)
+
+    def resize(self, num_workers: int) -> int:
+        """Grow or shrink the pool between updates; returns the new size.
+
+        Removed workers' unfinished rollouts are dropped (never counted); the rest of the pool
+        takes the new share of a batch. A new worker is only started where Ray has a free
+        slot for it, so a resize never leaves an actor waiting for CPUs.
+        """
+        b, cpus = self.backend, self._worker_args[1]
+        num_workers = max(1, int(num_workers))
+        grow = num_workers - len(self.workers)
+        if grow > 0 and b.name == "ray":
+            fit = int(b.free_cpus() // cpus)
+            if fit < grow:
+                print(f"[hdppo] group {self.name!r}: {num_workers} workers asked, room for {len(self.workers) + fit} "
+                      f"({b.free_cpus():g} free CPUs, {cpus:g} per worker)", flush=True)
+                num_workers = len(self.workers) + fit
+        if num_workers == len(self.workers):
+            return num_workers
+        while len(self.workers) > num_workers:
+            i = len(self.workers) - 1
+            b.kill(self.workers.pop())
+            self.generation.pop()
+            self._inflight.pop(i, None)
+            self._arrived = [a for a in self._arrived if a[0] != i]
+            if self._next is not None:
+                self._next.pop()
+        self.num_workers = num_workers
+        # Calls to one actor run in order: the resize lands before any sample issued after it.
+        for w in self.workers:
+            b.call(w, "resize", num_workers)
+        while len(self.workers) < num_workers:
+            self.workers.append(self._make_worker(len(self.workers)))
+            self.generation.append(0)
+            if self._next is not None:
+                self._next.append(b.call(self.workers[-1], "sample"))
+        return num_workers
 
     def _dppo_update(self, layer: str, stats: list) -> dict[str, float]:
         """Epochs x minibatches of (workers' gradients -> learner's averaged step).

@@ -22,8 +22,9 @@ from hdppo.policies.compression import decompress, dense_nbytes
 from hdppo.policies.exploration import RND
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import RunningStats
-from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss
+from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
 from hdppo.policies.schedules import linear
+from hdppo.policies.staleness import staleness_weights
 
 
 class Learner:
@@ -47,6 +48,7 @@ class Learner:
         self.rnd_optimizer = torch.optim.Adam(self.rnd.predictor.parameters(), lr=e.rnd_lr) if self.rnd else None
         self.obs_stats = RunningStats((obs_dim,))
         self.reward_stats = RunningStats(())
+        self._agg_weights: list[float] | None = None
         self.version = 0
         self.env_steps = 0
         self.updates = 0
@@ -109,15 +111,31 @@ class Learner:
         """Workers return one entry per layer of their group; keep this layer's."""
         return [x[self.layer.name] if isinstance(x, dict) else x for x in items]
 
-    def _fresh(self, items: list) -> tuple[list, int]:
-        """Drop rollouts (or their stats) from weights more than ``max_lag`` versions old."""
-        max_lag = self.layer.dppo.max_lag
-        kept = [x for x in items if self.version - (x.stats if hasattr(x, "stats") else x).version <= max_lag]
-        return kept, len(items) - len(kept)
+    def _fresh_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], np.ndarray, int]:
+        """Per sample: drop what is more than ``max_lag`` versions old, down-weight the rest if
+        configured. Returns the rollouts that keep any sample, the kept samples' lags, and how
+        many samples were dropped."""
+        d = self.layer.dppo
+        kept: list[Rollout] = []
+        lags: list[np.ndarray] = []
+        dropped = 0
+        for r in rollouts:
+            lag = self.version - r.batch.versions
+            w = staleness_weights(lag, d.max_lag, d.stale, d.stale_decay)
+            keep = w > 0
+            dropped += int((~keep).sum())
+            if not keep.any():
+                continue
+            batch = r.batch if keep.all() else r.batch.take(np.flatnonzero(keep))
+            if d.stale == "downweight":
+                batch.weights = batch.weights * w[keep]
+            kept.append(Rollout(batch, r.stats))
+            lags.append(lag[keep])
+        return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), dropped
 
     def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> dict[str, float]:
         t0 = time.perf_counter()
-        fresh, dropped = self._fresh(self._mine(rollouts))
+        fresh, lags, dropped = self._fresh_samples(self._mine(rollouts))
         if not fresh:
             return {M.PERF_DROPPED_STALE: float(dropped), "_env_steps": float(self.env_steps),
                     "_version": float(self.version)}
@@ -126,7 +144,11 @@ class Learner:
         coefs = self.coefficients()
         self._absorb(stats)
         batch = Batch.concat([r.batch for r in rollouts])
-        adv_mean, adv_std = advantage_moments(stats)
+        if dropped:  # the workers' sums cover samples that were just dropped
+            adv64 = batch.advantages.astype(np.float64)
+            adv_mean, adv_std = float(adv64.mean()), float(adv64.std())
+        else:
+            adv_mean, adv_std = advantage_moments(stats)
         tb = batch.to_torch()
         n = len(batch)
         k = max(1, round(n / self.layer.ppo.minibatch_size))
@@ -141,7 +163,7 @@ class Learner:
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
                 break
-        out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.rnd is None)
+        out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.rnd is None, lags=lags)
         out[M.PERF_DROPPED_STALE] = float(dropped)
         if self.rnd is not None:
             out[M.LOSS_RND] = self._train_rnd(tb.obs, k)
@@ -173,18 +195,26 @@ class Learner:
         self._dppo_logs: list[dict[str, float]] = []
         self._grad_bytes = 0
         self._absorb(list(stats))
+        d = self.layer.dppo
+        counts = [s.num_samples for s in stats]
+        # Gradients arrive in the same worker order as these stats (the group asks in pool order).
+        self._agg_weights = (quality_weights(counts, [s.ret_sum / max(s.num_samples, 1) for s in stats], d.quality_beta)
+                             if d.aggregate == "quality" else None)
         adv_mean, adv_std = advantage_moments(list(stats))
         return {"weights": [self._put(self.weights())], "adv_mean": adv_mean, "adv_std": adv_std,
                 "entropy_coeff": self._pending[1]["entropy_coeff"], "logs": []}
 
     def apply_gradients(self, *results: tuple[list[torch.Tensor] | bytes, int, dict]) -> dict[str, torch.Tensor]:
-        """Average the workers' gradients by sample count, step, and return the new weights
+        """Average the workers' gradients (by sample count, or by count and trajectory quality with
+        ``dppo.aggregate: quality``), step, and return the new weights
         (on Ray, the return value is stored once and every worker reads that one object).
         A gradient may arrive compressed (bytes, see hdppo.policies.compression)."""
         shapes = [tuple(p.shape) for p in self.policy.parameters()]
         dense = [decompress(r[0], shapes) if isinstance(r[0], bytes) else r[0] for r in results]
         self._grad_bytes += sum(len(r[0]) if isinstance(r[0], bytes) else dense_nbytes(r[0]) for r in results)
-        grads = average_gradients(dense, [r[1] for r in results])
+        weights = self._agg_weights if self._agg_weights is not None and len(self._agg_weights) == len(results) \
+            else [r[1] for r in results]
+        grads = average_gradients(dense, weights)
         norm = self._step(grads, self._pending[1]["lr"])
         n = sum(r[1] for r in results)
         info = {k: sum(r[2][k] * r[1] for r in results) / n for k in results[0][2]} | {"grad_norm": norm}
@@ -204,7 +234,7 @@ class Learner:
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float,
-                publish: bool = True) -> dict[str, float]:
+                publish: bool = True, lags: np.ndarray | None = None) -> dict[str, float]:
         self.version += 1
         self.updates += 1
         if publish:
@@ -227,6 +257,11 @@ class Learner:
             total = np.sum(counts, axis=0)
             out["_command_counts"] = total.tolist()  # type: ignore[assignment]
         out[M.PERF_SAMPLES] = float(sum(s.num_samples for s in stats))
+        per_worker: dict[int, int] = {}
+        for s in stats:  # with dynamic batching (sync soft/async) faster workers contribute more
+            per_worker[s.worker] = per_worker.get(s.worker, 0) + s.num_samples
+        for w, n in per_worker.items():
+            out[f"{M.PERF_WORKER_SAMPLES}/{w}"] = float(n)
         returns = [r for s in stats for r in s.episode_returns]
         lengths = [n for s in stats for n in s.episode_lengths]
         if returns:
@@ -235,8 +270,10 @@ class Learner:
         out[M.CHART_EPISODES] = float(len(returns))
         out["_env_steps"] = float(self.env_steps)
         out["_version"] = float(self.version)
-        lags = [self.version - 1 - s.version for s in stats]  # staleness of every sample used
-        out[M.PERF_MAX_STALENESS] = float(max(lags)) if lags else 0.0
+        if lags is None:  # mode dppo: a rollout acts with one version throughout
+            lags = np.concatenate([np.full(s.num_samples, self.version - 1 - s.version) for s in stats])
+        out[M.PERF_MAX_STALENESS] = float(lags.max()) if lags.size else 0.0
+        out[M.PERF_MEAN_STALENESS] = float(lags.mean()) if lags.size else 0.0
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------

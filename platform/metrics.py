@@ -37,8 +37,12 @@ PERF_SGD_STEPS = "perf/sgd_steps"
 PERF_SAMPLES = "perf/samples"
 PERF_GRAD_BYTES = "perf/grad_bytes_per_update"
 PERF_WORKERS_REPLACED = "perf/workers_replaced"
-PERF_DROPPED_STALE = "perf/dropped_stale_rollouts"
+PERF_DROPPED_STALE = "perf/dropped_stale_samples"
 PERF_MAX_STALENESS = "perf/max_staleness"
+PERF_MEAN_STALENESS = "perf/mean_staleness"
+PERF_NUM_WORKERS = "perf/num_workers"
+PERF_WORKER_SAMPLES = "perf/worker_samples"  # + "/<worker index>": samples each worker gave this update
+PERF_CPU_UTIL = "perf/cpu_utilization"
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
                  LOSS_APPROX_KL, LOSS_CLIPFRAC, LOSS_EXPLAINED_VARIANCE, PERF_ENV_STEPS_PER_S,

@@ -10,7 +10,7 @@ and records the layers of this worker's group.
 """
 from __future__ import annotations
 
-import math
+import os
 import random
 import time
 from typing import Any
@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from hdppo.envs.env_pool import EnvPool
-from hdppo.envs.loading import make_gym_env
+from hdppo.envs.loading import WORKER_INDEX_VAR, make_gym_env
 from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
-from hdppo.platform.config import Config, rollout_length
+from hdppo.platform.config import Config, rollout_length, worker_quota
 from hdppo.policies.compression import compress
 from hdppo.policies.exploration import RND, CountBonus, RNDBonus
 from hdppo.policies.gae import compute_gae
@@ -47,6 +47,9 @@ def make_adapter_fn(cfg: Config):
 class RolloutWorker:
     def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any):
         torch.set_num_threads(1)  # many workers share a machine; one thread each avoids oversubscription
+        # Envs may read which worker made them (e.g. to vary conditions per worker). A Ray actor
+        # is its own process; on the local backend the last worker made wins.
+        os.environ[WORKER_INDEX_VAR] = str(worker_index)
         self.cfg = cfg
         self.layers = list(layers)              # the layers this worker records (its group's)
         self.index = worker_index
@@ -169,11 +172,16 @@ class RolloutWorker:
         rew_buf = np.empty((T, N), np.float32)
         term_buf = np.zeros((T, N), bool)
         end_buf = np.zeros((T, N), bool)
+        ver_buf = np.empty((T, N), np.int64)
         truncated_final: list[tuple[int, int, np.ndarray]] = []
         ep_returns: list[float] = []
         ep_lengths: list[int] = []
         raw_reward_sum = 0.0
+        refresh = layer.dppo.refresh_every if layer.dppo.sync == "soft" else 0
         for t in range(T):
+            if refresh and t and t % refresh == 0:
+                self._pull()  # soft sync: adopt newer weights mid-rollout; each sample keeps its version
+            ver_buf[t] = self.versions[name]
             raw = self.pool.obs
             obs_norm.observe(raw)
             obs = obs_norm(raw)
@@ -191,7 +199,7 @@ class RolloutWorker:
         next_values = self._next_values(val_buf, truncated_final)
         adv, ret = compute_gae(rew_buf, val_buf, next_values, term_buf, end_buf, layer.ppo.gamma, layer.ppo.gae_lambda)
         batch = Batch(obs_buf.reshape(T * N, D), act_buf.reshape(T * N, act_dim), logp_buf.reshape(-1),
-                      val_buf.reshape(-1), adv.reshape(-1), ret.reshape(-1))
+                      val_buf.reshape(-1), adv.reshape(-1), ret.reshape(-1), versions=ver_buf.reshape(-1))
         self._last[name] = batch
         return {name: Rollout(batch, self._stats(name, batch, T * N, t0, ep_returns, ep_lengths, raw_reward_sum))}
 
@@ -213,7 +221,7 @@ class RolloutWorker:
 
     def _sample_hierarchy(self) -> dict[str, Rollout]:
         t0 = time.perf_counter()
-        quota = {name: math.ceil(self.cfg.layer(name).dppo.train_batch_size / self.num_workers) for name in self.layers}
+        quota = {name: worker_quota(self.cfg.layer(name), self.num_workers) for name in self.layers}
         cap = 1000 * max(quota.values()) * max(s.every for s in self.specs)  # a layer that never acts must not hang
         start = self.runner.env_steps
         episodes: list[tuple[float, int, int]] = []
@@ -233,6 +241,7 @@ class RolloutWorker:
                     return policy.value(torch.from_numpy(obs), torch.from_numpy(critic)).numpy()
 
             batch, sums = self.recorders[name].harvest(value_fn)  # type: ignore[misc]
+            batch.versions[:] = self.versions[name]  # weights are refreshed only between rollouts here
             self._last[name] = batch
             counts = self.runner.command_counts.get(name)
             out[name] = Rollout(batch, self._stats(
@@ -240,6 +249,13 @@ class RolloutWorker:
                 sums["env_reward"], sums["intrinsic_reward"], sums["bonus"],
                 counts.tolist() if counts is not None and counts.size else None))
         return out
+
+    def resize(self, num_workers: int) -> int:
+        """The pool now has ``num_workers`` workers: take this worker's new share of a batch."""
+        self.num_workers = num_workers
+        if not self.cfg.hierarchical:
+            self.rollout_len = rollout_length(self.cfg.layers[0], num_workers)
+        return num_workers
 
     def sample_stats_only(self) -> dict[str, RolloutStats]:
         """Mode ``dppo``: sample, keep the batches here, send back only the statistics."""

@@ -21,6 +21,7 @@ from hdppo.platform.backend import make_backend
 from hdppo.platform.checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
                                        save_checkpoint)
 from hdppo.platform.config import Config, dump_config, load_config, validate
+from hdppo.platform.elastic import take_scale_request
 from hdppo.platform.errors import CheckpointError, ConfigError
 from hdppo.platform.evaluation import evaluate
 from hdppo.platform.group import DPPOGroup
@@ -47,10 +48,25 @@ def prepare_run_dir(run_dir: Path, resume: bool) -> bool:
     return True
 
 
+def plan_groups(cfg: Config, total_cpus: float) -> list[tuple[list[str], int, float]]:
+    """Each DPPO group's layers, worker count and CPU share. Groups run at the same time, so each
+    is sized on its share of the CPUs; on Ray its workers are capped at that share."""
+    layer_groups = cfg.layer_groups()
+    share = total_cpus / max(len(layer_groups), 1)
+    plan = []
+    for names in layer_groups:
+        asked = cfg.layer(names[0]).dppo.num_workers
+        plan.append((names, max(1, min(asked, int(share))) if cfg.ray.backend == "ray" else asked, share))
+    return plan
+
+
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path | str | None = None, resume: bool = False,
-                 hooks: Optional[list[Hook]] = None, quiet: bool = False):
+                 hooks: Optional[list[Hook]] = None, quiet: bool = False, cpus: float | None = None):
         self.cfg = cfg
+        # The CPUs its actors may declare; default all that Ray reports. A sweep trial passes its
+        # placement group's share, so its actors fit in their bundles.
+        self.cpus = cpus
         self.run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.name
         self.resume = resume
         self.hooks = hooks or []
@@ -89,6 +105,8 @@ class Trainer:
         dims = self._probe()
         if self.backend.name == "ray":
             total_cpus = init_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
+            if self.cpus is not None:
+                total_cpus = self.cpus
             self.service = self.backend.make(ParameterService, num_cpus=0, name=f"hdppo_params_{uuid.uuid4().hex[:8]}")
         else:
             total_cpus = float(self.cfg.ray.num_cpus or 1)
@@ -99,11 +117,8 @@ class Trainer:
             if not any(name in g for g in layer_groups):
                 self.fixed[name] = Learner(self.cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                            self.service, self.backend.name, dims[name].get("critic_dim"))
-        # Groups run at the same time, so each is sized on its share of the cluster's CPUs.
-        share = total_cpus / max(len(layer_groups), 1)
-        for names in layer_groups:
+        for names, workers, share in plan_groups(self.cfg, total_cpus):
             d = self.cfg.layer(names[0]).dppo
-            workers = max(1, min(d.num_workers, int(share))) if self.backend.name == "ray" else d.num_workers
             if workers < d.num_workers and not self.quiet:
                 print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
                       f"(capped at its share, {share:g}, of the {total_cpus:g} CPUs Ray reports)", flush=True)
@@ -180,6 +195,17 @@ class Trainer:
                 return list(pool.map(lambda g: g.iteration(), groups))
         return [g.iteration() for g in groups]
 
+    def _apply_scale_request(self) -> None:
+        """``hdppo scale RUN_DIR --workers N``: resize between updates, never mid-update."""
+        request = take_scale_request(self.run_dir)
+        if request is None:
+            return
+        for group in self.groups:
+            if request.get("group") in (None, group.name):
+                n = group.resize(request["workers"])
+                if not self.quiet:
+                    print(f"[hdppo] group {group.name!r}: now {n} workers (hdppo scale)", flush=True)
+
     # -- the loop ------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Train until ``train.total_env_steps`` (all groups together); returns a summary."""
@@ -218,6 +244,7 @@ class Trainer:
                         for hook in self.hooks:
                             hook(self, layer, int(group.env_steps), values)
                 steps, updates = self._env_steps(), updates + 1
+                self._apply_scale_request()
                 if updates % self.cfg.train.checkpoint_every == 0:
                     self.checkpoint(updates)
                     saved_at = updates

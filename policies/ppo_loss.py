@@ -9,8 +9,16 @@ from dataclasses import dataclass
 import torch
 
 
+def _mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Mean over the minibatch, each sample scaled by its loss weight (stale samples count less).
+
+    ``mean(w * x)``, not ``sum(w * x) / sum(w)``: it keeps the mean over a union of shards equal to
+    the count-weighted mean of the shards' means, which mode ``dppo`` relies on."""
+    return x.mean() if weight is None else (weight * x).mean()
+
+
 def clipped_policy_loss(
-    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float, weight: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped surrogate loss (to minimise), fraction of clipped ratios, and approximate KL.
 
@@ -20,7 +28,7 @@ def clipped_policy_loss(
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
-    loss = -surrogate.mean()
+    loss = -_mean(surrogate, weight)
     with torch.no_grad():
         clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
         approx_kl = ((ratio - 1.0) - log_ratio).mean()
@@ -28,7 +36,8 @@ def clipped_policy_loss(
 
 
 def clipped_value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float | None,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """0.5 * squared error, pessimistically clipped around the rollout's values when ``clip`` is set.
 
@@ -37,10 +46,10 @@ def clipped_value_loss(
     """
     unclipped = (values - returns) ** 2
     if clip is None:
-        return 0.5 * unclipped.mean()
+        return 0.5 * _mean(unclipped, weight)
     clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
     clipped = (clipped_values - returns) ** 2
-    return 0.5 * torch.max(unclipped, clipped).mean()
+    return 0.5 * _mean(torch.max(unclipped, clipped), weight)
 
 
 def normalize_advantages(adv: torch.Tensor, mean: float, std: float) -> torch.Tensor:
@@ -72,11 +81,13 @@ def ppo_loss(
     value_clip: float | None,
     vf_coeff: float,
     entropy_coeff: float,
+    weight: torch.Tensor | None = None,
 ) -> LossTerms:
-    """Total loss = policy + vf_coeff * value - entropy_coeff * entropy (all minibatch means)."""
-    pg, clipfrac, kl = clipped_policy_loss(logp, old_logp, adv, clip)
-    vl = clipped_value_loss(values, old_values, returns, value_clip)
-    ent = entropy.mean()
+    """Total loss = policy + vf_coeff * value - entropy_coeff * entropy (all minibatch means,
+    each sample scaled by ``weight`` when given)."""
+    pg, clipfrac, kl = clipped_policy_loss(logp, old_logp, adv, clip, weight)
+    vl = clipped_value_loss(values, old_values, returns, value_clip, weight)
+    ent = _mean(entropy, weight)
     total = pg + vf_coeff * vl - entropy_coeff * ent
     return LossTerms(total, pg, vl, ent, kl, clipfrac)
 

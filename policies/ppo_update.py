@@ -15,8 +15,10 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
     logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks)
     values = policy.value(mb.obs, mb.critic_obs)
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
+    # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
+    weight = mb.weights if bool((mb.weights != 1).any()) else None
     return ppo_loss(logp, mb.logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
-                    value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff)
+                    value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight)
 
 
 def gradients(policy: ActorCritic, loss: torch.Tensor) -> list[torch.Tensor]:
@@ -34,3 +36,16 @@ def average_gradients(grads: list[list[torch.Tensor]], weights: list[float]) -> 
     """
     total = float(sum(weights))
     return [sum(w / total * g[i] for g, w in zip(grads, weights)) for i in range(len(grads[0]))]  # type: ignore[misc]
+
+
+def quality_weights(counts: list[int], qualities: list[float], beta: float) -> list[float]:
+    """Aggregation weights by trajectory quality: ``w_i ∝ n_i · exp(beta · z_i)``.
+
+    ``z_i`` is worker i's quality standardised across the workers of this update (clipped to
+    ±3), so the weights do not depend on the reward's scale; ``beta = 0`` (or equal qualities)
+    gives plain sample-count weighting. Returned normalised to sum to 1.
+    """
+    q = torch.tensor(qualities, dtype=torch.float64)
+    z = torch.zeros_like(q) if len(q) < 2 or float(q.std()) == 0.0 else ((q - q.mean()) / q.std()).clamp(-3.0, 3.0)
+    w = torch.tensor(counts, dtype=torch.float64) * torch.exp(beta * z)
+    return (w / w.sum()).tolist()

@@ -10,22 +10,32 @@
 
 Stepping costs almost no CPU, so throughput is bound by the wait: the case where adding
 workers beyond the core count still pays (``benchmarks/scaling.py``).
+
+``step_ms`` may be a list: rollout worker ``i`` then waits ``step_ms[i % len(step_ms)]`` per
+step (read from ``HDPPO_WORKER_INDEX``), a pool whose workers run at different speeds, as
+machines of different generations or simulators under different load do
+(``benchmarks/dynamic_batching.py``).
 """
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium as gym
 import numpy as np
 
+from hdppo.envs.loading import WORKER_INDEX_VAR
+
 
 class LatencyEnv(gym.Env):
     metadata = {"name": "latency_v0", "render_modes": []}
 
-    def __init__(self, step_ms: float = 20.0, max_steps: int = 100):
+    def __init__(self, step_ms: float | list[float] = 20.0, max_steps: int = 100):
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self.step_s, self.max_steps = step_ms / 1000.0, max_steps
+        if isinstance(step_ms, (list, tuple)):
+            step_ms = step_ms[int(os.environ.get(WORKER_INDEX_VAR, 0)) % len(step_ms)]
+        self.step_s, self.max_steps = float(step_ms) / 1000.0, max_steps
 
     def _obs(self) -> np.ndarray:
         self.obs = self.np_random.uniform(-1, 1, 4).astype(np.float32)

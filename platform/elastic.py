@@ -1,0 +1,66 @@
+"""Elastic worker pools: the resize policy (a pure function), the CPU meter it reads, and the
+``hdppo scale`` request file a running trainer picks up between updates."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hdppo.platform.config import ElasticConfig
+
+SCALE_REQUEST = "scale_request.json"
+
+
+def decide_workers(current: int, cpu_util: float, cfg: ElasticConfig, free_cpus: float, worker_cpus: float) -> int:
+    """The pool size for the next updates.
+
+    Grow by one while the machine has idle CPU (utilization below ``low_util``) and Ray still has
+    room for another worker; shrink by one while it is oversubscribed (above ``high_util``:
+    workers then only take CPU from each other and from the learner). One step at a time, so
+    that each change is measured before the next.
+    """
+    current = min(max(current, cfg.min_workers), cfg.max_workers)
+    if cpu_util < cfg.low_util and current < cfg.max_workers and free_cpus >= worker_cpus:
+        return current + 1
+    if cpu_util > cfg.high_util and current > cfg.min_workers:
+        return current - 1
+    return current
+
+
+class CpuMeter:
+    """Mean CPU utilization (0..1, all cores of this node) since the last reading."""
+
+    def __init__(self) -> None:
+        import psutil  # a Ray dependency
+
+        self._psutil = psutil
+        psutil.cpu_percent(interval=None)  # the first reading only starts the interval
+
+    def __call__(self) -> float:
+        return self._psutil.cpu_percent(interval=None) / 100.0
+
+
+def request_scale(run_dir: Path | str, workers: int, group: str | None = None) -> Path:
+    """Ask the trainer of ``run_dir`` to resize a group (all groups when ``group`` is None).
+    Written atomically: the trainer never reads half a request."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(run_dir)
+    path = run_dir / SCALE_REQUEST
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"group": group, "workers": int(workers)}))
+    os.replace(tmp, path)
+    return path
+
+
+def take_scale_request(run_dir: Path) -> dict | None:
+    """The pending request, removed so that it is applied once; None when there is none."""
+    path = Path(run_dir) / SCALE_REQUEST
+    try:
+        claimed = path.with_suffix(".claimed")
+        os.replace(path, claimed)
+    except FileNotFoundError:
+        return None
+    request = json.loads(claimed.read_text())
+    claimed.unlink()
+    return request

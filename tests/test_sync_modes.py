@@ -1,0 +1,148 @@
+"""Sync modes (sync / soft / async), per-sample staleness bounds, dynamic batching, and
+weighted gradient aggregation."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_config
+from hdppo.platform import metrics as M
+from hdppo.platform.batch import Batch, Rollout, RolloutStats
+from hdppo.platform.config import rollout_length, validate, worker_quota
+from hdppo.platform.errors import ConfigError
+from hdppo.platform.learner import Learner
+from hdppo.platform.parameter_service import ParameterService
+from hdppo.platform.trainer import Trainer
+from hdppo.policies.ppo_loss import ppo_loss
+from hdppo.policies.ppo_update import quality_weights
+from hdppo.policies.staleness import staleness_weights
+
+
+def _cfg(total=20_000, **dppo):
+    return validate(tiny_config(
+        layers=[{"ppo": {"minibatch_size": 128, "num_epochs": 4},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 4, "train_batch_size": 1024, **dppo}}],
+        train={"total_env_steps": total, "checkpoint_every": 1000, "eval_episodes": 10, "seed": 2}))
+
+
+# -- pure pieces -------------------------------------------------------------------------------
+
+def test_staleness_weights_drop_everything_beyond_the_bound():
+    lags = np.array([0, 1, 2, 3, 7])
+    assert staleness_weights(lags, 2, "drop").tolist() == [1, 1, 1, 0, 0]
+    assert staleness_weights(lags, 2, "downweight", 0.5).tolist() == [1, 0.5, 0.25, 0, 0]
+    with pytest.raises(ValueError):
+        staleness_weights(np.array([-1]), 2)
+
+
+def test_weighted_loss_scales_each_sample():
+    g = torch.Generator().manual_seed(0)
+    logp, old, adv, v, ov, ret, ent = (torch.randn(32, generator=g) for _ in range(7))
+    kw = dict(clip=0.2, value_clip=0.2, vf_coeff=0.5, entropy_coeff=0.01)
+    plain = ppo_loss(logp, old, adv, v, ov, ret, ent, **kw)
+    ones = ppo_loss(logp, old, adv, v, ov, ret, ent, weight=torch.ones(32), **kw)
+    half = ppo_loss(logp, old, adv, v, ov, ret, ent, weight=torch.full((32,), 0.5), **kw)
+    assert torch.equal(plain.total, ones.total)
+    assert torch.allclose(half.total, 0.5 * plain.total)
+    # A zero weight removes a sample's contribution entirely.
+    w = torch.ones(32)
+    w[:16] = 0
+    part = ppo_loss(logp, old, adv, v, ov, ret, ent, weight=w, **kw)
+    second = ppo_loss(logp[16:], old[16:], adv[16:], v[16:], ov[16:], ret[16:], ent[16:], **kw)
+    assert torch.allclose(part.total, 0.5 * second.total)
+
+
+def test_quality_weights():
+    assert quality_weights([100, 300], [1.0, 1.0], 1.0) == pytest.approx([0.25, 0.75])
+    assert quality_weights([100, 100], [0.0, 5.0], 0.0) == pytest.approx([0.5, 0.5])
+    w = quality_weights([100, 100, 100], [0.0, 1.0, 2.0], 1.0)
+    assert w[0] < w[1] < w[2] and sum(w) == pytest.approx(1.0)
+    # Scale-free: multiplying every return by 1000 changes nothing.
+    assert quality_weights([100, 100, 100], [0.0, 1000.0, 2000.0], 1.0) == pytest.approx(w)
+
+
+def test_streaming_cuts_rollouts_into_chunks():
+    cfg = _cfg(sync="soft", chunks_per_worker=4)
+    layer = cfg.layers[0]
+    assert worker_quota(layer, 2) == 128 and rollout_length(layer, 2) == 32
+    assert rollout_length(_cfg().layers[0], 2) == 128
+
+
+def test_sync_mode_config_errors():
+    with pytest.raises(ConfigError, match="needs dppo.mode 'central'"):
+        _cfg(sync="soft", mode="dppo")
+    with pytest.raises(ConfigError, match="max_lag >= 1"):
+        _cfg(sync="async", max_lag=0)
+    with pytest.raises(ConfigError, match="min_workers"):
+        _cfg(elastic={"min_workers": 4, "max_workers": 2})
+
+
+def _rollout(versions, worker=0):
+    n = len(versions)
+    b = Batch(np.zeros((n, 4), np.float32), np.zeros((n, 1), np.float32), np.zeros(n, np.float32),
+              np.zeros(n, np.float32), np.arange(n, dtype=np.float32), np.zeros(n, np.float32),
+              versions=np.asarray(versions, np.int64))
+    return Rollout(b, RolloutStats(worker=worker, version=int(min(versions)), env_steps=n, sample_s=0.0))
+
+
+@pytest.mark.parametrize("rule", ["drop", "downweight"])
+def test_samples_older_than_max_lag_are_never_used(rule):
+    import gymnasium as gym
+
+    cfg = _cfg(sync="soft", max_lag=2, stale=rule)
+    learner = Learner(cfg, 0, 4, gym.spaces.Discrete(2), ParameterService())
+    learner.version = 10
+    kept, lags, dropped = learner._fresh_samples([_rollout([10, 9, 8, 7, 3]), _rollout([5, 6], worker=1)])
+    assert len(kept) == 1 and dropped == 4
+    assert lags.tolist() == [0, 1, 2] and kept[0].batch.versions.tolist() == [10, 9, 8]
+    expect = [1, 1, 1] if rule == "drop" else [1, 0.5, 0.25]
+    assert kept[0].batch.weights.tolist() == expect
+    out = learner.update_central(_rollout([10, 9, 8, 7, 3]))
+    assert out[M.PERF_MAX_STALENESS] == 2 and out[M.PERF_DROPPED_STALE] == 2
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+def _train(cfg, run_dir, backend):
+    cfg.ray.backend = backend
+    trainer = Trainer(cfg, run_dir, quiet=True)
+    try:
+        summary = trainer.train()
+    finally:
+        trainer.shutdown()
+    return summary, M.read_jsonl(run_dir / "metrics.jsonl")
+
+
+@pytest.mark.parametrize("sync", ["soft", "async"])
+def test_streaming_modes_learn_within_the_staleness_bound(ray_session, tmp_path, sync):
+    cfg = _cfg(total=40_000 if sync == "soft" else 30_000, sync=sync, max_lag=2, refresh_every=8,
+               **({"train_batch_size": 512} if sync == "async" else {}))
+    summary, rows = _train(cfg, tmp_path / "run", "ray")
+    lags = [r["value"] for r in rows if r["tag"] == M.PERF_MAX_STALENESS]
+    assert lags and max(lags) <= 2 and max(lags) >= 1   # samples were collected during updates, never too old
+    steps = [r["step"] for r in rows if r["tag"] == M.PERF_MAX_STALENESS]
+    assert steps == sorted(steps) and steps[-1] == summary["env_steps"]
+    assert summary["eval_return_mean"] >= 150, summary  # CartPole learns (random: about 20)
+
+
+def test_soft_mode_refreshes_weights_inside_a_rollout(tmp_path):
+    """Local backend: each chunk spans several versions when refresh_every is short."""
+    cfg = _cfg(total=6_000, sync="soft", refresh_every=4, chunks_per_worker=1, max_lag=3)
+    _, rows = _train(cfg, tmp_path / "run", "local")
+    mean = [r["value"] for r in rows if r["tag"] == M.PERF_MEAN_STALENESS]
+    assert mean and all(0 <= m <= 3 for m in mean)
+
+
+def test_dynamic_batching_lets_fast_workers_contribute_more(ray_session, tmp_path):
+    """Worker 1 steps 8x slower than worker 0: in soft mode most of each batch comes from worker 0;
+    in sync mode each worker gives the same share."""
+    base = dict(env={"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": [1, 8], "max_steps": 50}},
+                train={"total_env_steps": 2048, "checkpoint_every": 1000, "eval_episodes": 0, "seed": 1})
+    shares = {}
+    for sync in ("sync", "soft"):
+        cfg = validate(tiny_config(**base, layers=[{"ppo": {"minibatch_size": 64, "num_epochs": 1}, "dppo": {
+            "num_workers": 2, "num_envs_per_worker": 1, "train_batch_size": 256, "sync": sync, "chunks_per_worker": 4}}]))
+        _, rows = _train(cfg, tmp_path / sync, "ray")
+        per = {w: sum(r["value"] for r in rows if r["tag"] == f"{M.PERF_WORKER_SAMPLES}/{w}") for w in (0, 1)}
+        shares[sync] = per[0] / (per[0] + per[1])
+    assert shares["sync"] == pytest.approx(0.5)
+    assert shares["soft"] > 0.7, shares
