@@ -90,6 +90,11 @@ class RolloutStats:
     bonus_mean: float = 0.0             # exploration bonus per recorded transition
     command_counts: Optional[list[int]] = None  # upper layers: how often each command was chosen
     num_samples: int = -1               # transitions in the batch; -1: one per env step
+    # Diagnostics: moments of the (normalised) observations and of the actions of this rollout,
+    # and, every diagnostics.every updates, a sample of its states for the coverage picture.
+    obs_moments: Optional[tuple] = None
+    action_moments: Optional[tuple] = None
+    coverage: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         if self.num_samples < 0:

@@ -297,6 +297,15 @@ class TrainConfig(_Strict):
     log_every_s: float = Field(10.0, gt=0.0, description="Seconds between plain progress lines without a TTY.")
 
 
+class DiagnosticsConfig(_Strict):
+    """The debugging views (see hdppo.platform.diagnostics). Per-worker observation and action
+    divergence is logged every update; the costlier views every ``every`` updates."""
+
+    every: int = Field(10, ge=0, description="Updates between state-coverage images (and, in mode central, "
+                       "gradient-agreement measurements); 0 turns them off.")
+    coverage_points: int = Field(128, ge=2, description="States each worker sends for the coverage image.")
+
+
 class RayConfig(_Strict):
     address: Optional[str] = Field(None, description="null or 'local' starts an embedded Ray; 'auto' or host:port joins a cluster.")
     num_cpus: Optional[int] = Field(None, ge=1, description="CPUs of the embedded Ray; default all.")
@@ -312,6 +321,7 @@ class Config(_Strict):
     layers: list[LayerConfig] = Field(default_factory=lambda: [LayerConfig()], description="Layers, top first.")
     train: TrainConfig = Field(default_factory=TrainConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
 
     groups: Optional[list[list[str]]] = Field(
         None, description="Layers that share one DPPO group (workers and rollouts); by default each layer is its own.")

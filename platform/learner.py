@@ -18,6 +18,7 @@ from hdppo.platform import metrics as M
 from hdppo.platform.backend import call_service, make_backend
 from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from hdppo.platform.config import Config
+from hdppo.platform.diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from hdppo.policies.compression import decompress, dense_nbytes
 from hdppo.policies.exploration import RND
 from hdppo.policies.networks import ActorCritic
@@ -149,6 +150,7 @@ class Learner:
             adv_mean, adv_std = float(adv64.mean()), float(adv64.std())
         else:
             adv_mean, adv_std = advantage_moments(stats)
+        cosine = self._central_agreement(rollouts, adv_mean, adv_std, coefs["entropy_coeff"])
         tb = batch.to_torch()
         n = len(batch)
         k = max(1, round(n / self.layer.ppo.minibatch_size))
@@ -165,10 +167,24 @@ class Learner:
                 break
         out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.rnd is None, lags=lags)
         out[M.PERF_DROPPED_STALE] = float(dropped)
+        if cosine is not None:
+            out[M.DIAG_GRAD_COSINE] = cosine
         if self.rnd is not None:
             out[M.LOSS_RND] = self._train_rnd(tb.obs, k)
             self.publish()
         return out
+
+    def _central_agreement(self, rollouts: tuple, adv_mean: float, adv_std: float, entropy_coeff: float) -> float | None:
+        """Mean pairwise cosine of the workers' gradients at the update's start weights, each on
+        its own samples (every diagnostics.every updates: one extra backward pass per worker)."""
+        every = self.cfg.diagnostics.every
+        by_worker: dict[int, list[Batch]] = {}
+        for r in rollouts:
+            by_worker.setdefault(r.stats.worker, []).append(r.batch)
+        if not every or (self.updates + 1) % every or len(by_worker) < 2:
+            return None
+        grads = [self.gradient(Batch.concat(bs), adv_mean, adv_std, entropy_coeff) for bs in by_worker.values()]
+        return mean_pairwise_cosine(grads)
 
     def _train_rnd(self, obs: torch.Tensor, num_minibatches: int) -> float:
         """The predictor learns the target on this batch's states (same epochs and minibatches)."""
@@ -218,6 +234,8 @@ class Learner:
         norm = self._step(grads, self._pending[1]["lr"])
         n = sum(r[1] for r in results)
         info = {k: sum(r[2][k] * r[1] for r in results) / n for k in results[0][2]} | {"grad_norm": norm}
+        if len(dense) > 1:  # the workers' gradients are here anyway: their agreement costs one matmul
+            info["grad_cosine"] = mean_pairwise_cosine(dense)
         self._dppo_logs.append(info)
         return self.weights()
 
@@ -256,6 +274,9 @@ class Learner:
         if counts:
             total = np.sum(counts, axis=0)
             out["_command_counts"] = total.tolist()  # type: ignore[assignment]
+        if any("grad_cosine" in entry for entry in logs):
+            out[M.DIAG_GRAD_COSINE] = float(np.mean([e["grad_cosine"] for e in logs if "grad_cosine" in e]))
+        out |= _worker_diagnostics(stats)
         out[M.PERF_SAMPLES] = float(sum(s.num_samples for s in stats))
         per_worker: dict[int, int] = {}
         for s in stats:  # with dynamic batching (sync soft/async) faster workers contribute more
@@ -305,6 +326,31 @@ class Learner:
         self.policy.load_state_dict(state["policy"])
         self.obs_stats = RunningStats.from_state(state["obs_stats"])
         return self.publish()
+
+
+def _worker_diagnostics(stats: list[RolloutStats]) -> dict[str, Any]:
+    """Each worker's observation and action divergence from the pool; the coverage sample."""
+    out: dict[str, Any] = {}
+    by_worker: dict[int, list[RolloutStats]] = {}
+    for s in stats:
+        by_worker.setdefault(s.worker, []).append(s)
+    for key, tag in (("obs_moments", M.DIAG_OBS_DIVERGENCE), ("action_moments", M.DIAG_ACTION_DIVERGENCE)):
+        if len(by_worker) < 2 or any(getattr(s, key) is None for s in stats):
+            continue
+        means, variances = [], []
+        for ss in by_worker.values():  # a worker's chunks (sync soft/async) pooled first
+            m, v = pool_moments([getattr(s, key)[0] for s in ss], [getattr(s, key)[1] for s in ss],
+                                [s.num_samples for s in ss])
+            means.append(m)
+            variances.append(v)
+        div = divergences(means, variances)
+        out[f"{tag}/max"] = max(div)
+        for w, d in zip(by_worker, div):
+            out[f"{tag}/{w}"] = d
+    cov = [(s.coverage, s.worker) for s in stats if s.coverage is not None]
+    if cov:
+        out["_coverage"] = (np.concatenate([c for c, _ in cov]), np.concatenate([np.full(len(c), w) for c, w in cov]))
+    return out
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:

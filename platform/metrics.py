@@ -43,6 +43,10 @@ PERF_MEAN_STALENESS = "perf/mean_staleness"
 PERF_NUM_WORKERS = "perf/num_workers"
 PERF_WORKER_SAMPLES = "perf/worker_samples"  # + "/<worker index>": samples each worker gave this update
 PERF_CPU_UTIL = "perf/cpu_utilization"
+DIAG_OBS_DIVERGENCE = "diag/obs_divergence"        # + "/max" and "/<worker>": symmetric KL from the pool
+DIAG_ACTION_DIVERGENCE = "diag/action_divergence"  # + "/max" and "/<worker>"
+DIAG_GRAD_COSINE = "diag/grad_cosine"              # mean pairwise cosine of the workers' gradients
+IMG_STATE_COVERAGE = "diag/state_coverage"         # image: 2-D PCA of sampled states, coloured by worker
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
                  LOSS_APPROX_KL, LOSS_CLIPFRAC, LOSS_EXPLAINED_VARIANCE, PERF_ENV_STEPS_PER_S,
@@ -77,6 +81,12 @@ class MetricsWriter:
         self._tb[layer].add_histogram(HIST_COMMANDS, np.repeat(np.arange(len(arr)), arr.astype(np.int64)), step,
                                       bins=np.arange(len(arr) + 1) - 0.5)
         self.scalars(layer, step, {f"{HIST_COMMANDS}/{i}": float(v) for i, v in enumerate(arr / arr.sum())})
+
+    def coverage(self, layer: str, step: int, points: Any, workers: Any) -> None:
+        """The state-coverage picture (hdppo.platform.diagnostics.coverage_image) as an image."""
+        from hdppo.platform.diagnostics import coverage_image
+
+        self._tb[layer].add_image(IMG_STATE_COVERAGE, coverage_image(points, workers, f"{layer}, step {step:,}"), step)
 
     def hyperparameters(self, layer: str, flat: dict[str, Any]) -> None:
         """Hyperparameters at start, as a Markdown table in the layer's TEXT tab."""

@@ -23,6 +23,7 @@ from hdppo.envs.loading import WORKER_INDEX_VAR, make_gym_env
 from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
 from hdppo.platform.config import Config, rollout_length, worker_quota
+from hdppo.platform.diagnostics import moments
 from hdppo.policies.compression import compress
 from hdppo.policies.exploration import RND, CountBonus, RNDBonus
 from hdppo.policies.gae import compute_gae
@@ -155,7 +156,19 @@ class RolloutWorker:
             ret_sum=float(ret64.sum()), ret_sumsq=float((ret64**2).sum()),
             res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
             raw_reward_mean=raw_reward_sum / n, intrinsic_reward_mean=intrinsic_sum / n, bonus_mean=bonus_sum / n,
-            command_counts=command_counts, num_samples=len(batch))
+            command_counts=command_counts, num_samples=len(batch),
+            obs_moments=moments(batch.obs), action_moments=moments(batch.actions),
+            coverage=self._coverage_sample(name, batch))
+
+    def _coverage_sample(self, name: str, batch: Batch) -> np.ndarray | None:
+        """States for the coverage image, only for the updates that draw it (this rollout feeds
+        the update that makes version ``version + 1``)."""
+        every = self.cfg.diagnostics.every
+        if not every or (self.versions[name] + 1) % every or not len(batch):
+            return None
+        k = min(self.cfg.diagnostics.coverage_points, len(batch))
+        pick = np.random.default_rng((self.cfg.train.seed, self.index, self.versions[name]))  # leaves self.rng alone
+        return batch.obs[pick.choice(len(batch), k, replace=False)]
 
     def _sample_flat(self) -> dict[str, Rollout]:
         """Step every env ``rollout_len`` times: arrays ``[T, N]``, no per-agent bookkeeping."""

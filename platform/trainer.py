@@ -236,9 +236,12 @@ class Trainer:
                 for group, out in zip(ready, self._iterate(ready)):
                     for layer, values in out.items():
                         counts = values.pop("_command_counts", None)
+                        coverage = values.pop("_coverage", None)
                         self.metrics.scalars(layer, int(group.env_steps), values)
                         if counts:
                             self.metrics.command_histogram(layer, int(group.env_steps), counts)
+                        if coverage is not None:
+                            self.metrics.coverage(layer, int(group.env_steps), *coverage)
                         self.last[layer] = values
                         last_return = values.get(M.CHART_EPISODIC_RETURN, last_return)
                         for hook in self.hooks:

@@ -135,3 +135,24 @@ def corridor_aec():
     from hdppo.envs.builtin.corridor import CorridorEnv
 
     return parallel_to_aec(CorridorEnv(num_agents=2))
+
+
+class ShiftedObsEnv(gym.ObservationWrapper):
+    """CartPole whose observations are offset on one worker: a deviant worker for diagnostics."""
+
+    def __init__(self, env: gym.Env, shift: float):
+        super().__init__(env)
+        self.shift = shift
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
+
+    def observation(self, obs):
+        return (obs + self.shift).astype(np.float32)
+
+
+def shifted_on_worker(worker: int = 2, shift: float = 5.0):
+    import os
+
+    from hdppo.envs.loading import WORKER_INDEX_VAR
+
+    mine = int(os.environ.get(WORKER_INDEX_VAR, -1)) == worker
+    return ShiftedObsEnv(gym.make("CartPole-v1"), shift if mine else 0.0)

@@ -1,0 +1,96 @@
+"""The debugging workflow of the seed articles, as pure functions of what workers report:
+how far each worker's data drifts from the pool's, whether the workers' gradients agree, and
+where in state space each worker samples.
+
+A worker whose observations or actions diverge from the rest (a different env build, a
+sensor out of range, a stuck seed) shows up in ``diag/obs_divergence/<worker>``; gradients
+that disagree (mean pairwise cosine near 0 or negative) mean the averaged step is mostly
+noise: more samples per worker, or fewer workers, help.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension mean and variance (float64) of samples ``[B, D]``."""
+    x64 = np.asarray(x, np.float64).reshape(len(x), -1)
+    if len(x64) == 0:
+        return np.zeros(x64.shape[1]), np.zeros(x64.shape[1])
+    return x64.mean(0), x64.var(0)
+
+
+def pool_moments(means: list[np.ndarray], variances: list[np.ndarray], counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of the union of the workers' samples (exact, from their moments)."""
+    w = np.asarray(counts, np.float64) / float(sum(counts))
+    m = np.stack(means)
+    mean = (w[:, None] * m).sum(0)
+    var = (w[:, None] * (np.stack(variances) + (m - mean) ** 2)).sum(0)
+    return mean, var
+
+
+def gaussian_divergence(m1: np.ndarray, v1: np.ndarray, m2: np.ndarray, v2: np.ndarray, eps: float = 1e-6) -> float:
+    """Symmetric KL between two diagonal Gaussians, averaged over dimensions.
+
+    0 when a worker's data looks like the pool's; about 0.5·d² for a mean shifted by d pool
+    standard deviations.
+    """
+    v1, v2 = v1 + eps, v2 + eps
+    kl12 = 0.5 * (np.log(v2 / v1) + (v1 + (m1 - m2) ** 2) / v2 - 1.0)
+    kl21 = 0.5 * (np.log(v1 / v2) + (v2 + (m1 - m2) ** 2) / v1 - 1.0)
+    return float(np.mean(0.5 * (kl12 + kl21))) if m1.size else 0.0
+
+
+def divergences(means: list[np.ndarray], variances: list[np.ndarray]) -> list[float]:
+    """Each worker's divergence from the pool, the pool being the element-wise median of the
+    workers' moments: a robust reference, so one deviant worker cannot drag it towards itself
+    and make the healthy ones look deviant too (the pooled union's moments would)."""
+    ref_m, ref_v = np.median(np.stack(means), 0), np.median(np.stack(variances), 0)
+    return [gaussian_divergence(m, v, ref_m, ref_v) for m, v in zip(means, variances)]
+
+
+def mean_pairwise_cosine(grads: list[list[torch.Tensor]]) -> float:
+    """Mean cosine similarity between every pair of workers' (flattened) gradients; nan for one."""
+    if len(grads) < 2:
+        return float("nan")
+    flat = torch.stack([torch.cat([g.reshape(-1).double() for g in gs]) for gs in grads])
+    unit = flat / flat.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    sim = unit @ unit.T
+    n = len(grads)
+    return float((sim.sum() - sim.diagonal().sum()) / (n * (n - 1)))
+
+
+def embed_2d(points: np.ndarray) -> np.ndarray:
+    """PCA to two dimensions (the top two principal components of the centred points)."""
+    x = np.asarray(points, np.float64)
+    x = x - x.mean(0)
+    if x.shape[1] < 2:
+        x = np.concatenate([x, np.zeros((len(x), 2 - x.shape[1]))], 1)
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    return x @ vt[:2].T
+
+
+def coverage_image(points: np.ndarray, workers: np.ndarray, title: str = "") -> np.ndarray:
+    """A scatter of the states' 2-D embedding coloured by worker, as an RGB array ``[3, H, W]``
+    (what SummaryWriter.add_image takes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xy = embed_2d(points)
+    fig, ax = plt.subplots(figsize=(4.5, 4), dpi=80)
+    for w in np.unique(workers):
+        sel = workers == w
+        ax.scatter(xy[sel, 0], xy[sel, 1], s=6, alpha=0.6, label=f"worker {int(w)}")
+    ax.set_xlabel("PC 1")
+    ax.set_ylabel("PC 2")
+    ax.set_title(title or "state coverage", fontsize=9)
+    if len(np.unique(workers)) <= 10:
+        ax.legend(fontsize=6, markerscale=2, loc="best")
+    fig.tight_layout()
+    fig.canvas.draw()
+    rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].transpose(2, 0, 1).copy()
+    plt.close(fig)
+    return rgb

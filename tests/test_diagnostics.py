@@ -1,0 +1,78 @@
+"""Diagnostics: per-worker divergence from the pool, gradient agreement, state-coverage images."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_config
+from hdppo.platform import metrics as M
+from hdppo.platform.config import validate
+from hdppo.platform.diagnostics import (coverage_image, divergences, embed_2d, gaussian_divergence,
+                                        mean_pairwise_cosine, moments, pool_moments)
+from hdppo.platform.trainer import Trainer
+
+
+def test_pool_moments_are_those_of_the_union():
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(i, 1 + i, (50 + 10 * i, 3)) for i in range(3)]
+    m, v = pool_moments(*zip(*[moments(p) for p in parts]), [len(p) for p in parts])
+    um, uv = moments(np.concatenate(parts))
+    np.testing.assert_allclose(m, um)
+    np.testing.assert_allclose(v, uv)
+
+
+def test_divergence_is_zero_for_the_same_data_and_grows_with_a_shift():
+    m, v = np.zeros(4), np.ones(4)
+    assert gaussian_divergence(m, v, m, v) == pytest.approx(0.0)
+    assert gaussian_divergence(m + 1, v, m, v) == pytest.approx(0.5, rel=1e-4)   # 0.5 d^2
+    assert gaussian_divergence(m + 2, v, m, v) == pytest.approx(2.0, rel=1e-4)
+    rng = np.random.default_rng(1)
+    data = [rng.normal(0, 1, (200, 4)) for _ in range(3)] + [rng.normal(3, 1, (200, 4))]
+    div = divergences(*zip(*[moments(d) for d in data]))
+    assert np.argmax(div) == 3 and div[3] > 5 * max(div[:3])
+
+
+def test_mean_pairwise_cosine():
+    g = [torch.tensor([1.0, 0.0]), torch.tensor([2.0])]
+    assert mean_pairwise_cosine([g, g]) == pytest.approx(1.0)
+    assert mean_pairwise_cosine([g, [-x for x in g]]) == pytest.approx(-1.0)
+    assert mean_pairwise_cosine([[torch.tensor([1.0, 0.0])], [torch.tensor([0.0, 1.0])]]) == pytest.approx(0.0)
+    assert np.isnan(mean_pairwise_cosine([g]))
+
+
+def test_embedding_and_image():
+    rng = np.random.default_rng(2)
+    pts = rng.normal(0, 1, (60, 5))
+    assert embed_2d(pts).shape == (60, 2) and embed_2d(pts[:, :1]).shape == (60, 2)
+    img = coverage_image(pts, np.repeat([0, 1, 2], 20), "t")
+    assert img.dtype == np.uint8 and img.shape[0] == 3 and img.shape[1] > 100 and img.std() > 0
+
+
+@pytest.mark.parametrize("mode", ["central", "dppo"])
+def test_training_logs_diagnostics_and_finds_the_deviant_worker(tmp_path, mode):
+    cfg = validate(tiny_config(
+        env={"entry_point": "scripted_envs:shifted_on_worker", "kwargs": {"worker": 2, "shift": 5.0}},
+        layers=[{"ppo": {"minibatch_size": 96, "num_epochs": 2},
+                 "dppo": {"mode": mode, "num_workers": 3, "num_envs_per_worker": 2, "train_batch_size": 384}}],
+        train={"total_env_steps": 384 * 4, "checkpoint_every": 100, "eval_episodes": 0, "seed": 5},
+        diagnostics={"every": 2, "coverage_points": 32}))
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    try:
+        trainer.train()
+    finally:
+        trainer.shutdown()
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+
+    def last(tag):
+        return [r["value"] for r in rows if r["tag"] == tag][-1]
+
+    div = [last(f"{M.DIAG_OBS_DIVERGENCE}/{w}") for w in range(3)]
+    assert div[2] > 5 * max(div[:2]) and last(f"{M.DIAG_OBS_DIVERGENCE}/max") == div[2]
+    assert f"{M.DIAG_ACTION_DIVERGENCE}/max" in {r["tag"] for r in rows}
+    cos = [r["value"] for r in rows if r["tag"] == M.DIAG_GRAD_COSINE]
+    assert cos and all(-1 <= c <= 1 for c in cos)
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "run" / "tb" / "control"), size_guidance={IMAGES: 0})
+    acc.Reload()
+    images = acc.Images(M.IMG_STATE_COVERAGE)
+    assert [im.step for im in images] == [384 * 2, 384 * 4] and images[0].width > 100
