@@ -69,7 +69,9 @@ class DPPOGroup:
 
             self._meter = CpuMeter()
             self._util: list[float] = []
-        pings = [backend.call(w, "ping") for w in self.workers]
+        # Learners too: each publishes its first weights while it starts, and a worker that samples
+        # before that would act with its own random initialisation.
+        pings = [backend.call(w, "ping") for w in self.workers] + [backend.call(h, "counters") for h in self.learners.values()]
         if not backend.wait_all(pings, timeout=PLACEMENT_TIMEOUT_S):
             raise RayStartError(
                 f"group {self.name!r}: {num_workers} rollout workers x {worker_cpus} CPUs plus {len(layers)} learner(s) "

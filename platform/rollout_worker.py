@@ -164,7 +164,7 @@ class RolloutWorker:
         """States for the coverage image, only for the updates that draw it (this rollout feeds
         the update that makes version ``version + 1``)."""
         every = self.cfg.diagnostics.every
-        if not every or (self.versions[name] + 1) % every or not len(batch):
+        if not every or self.versions[name] < 0 or (self.versions[name] + 1) % every or not len(batch):
             return None
         k = min(self.cfg.diagnostics.coverage_points, len(batch))
         pick = np.random.default_rng((self.cfg.train.seed, self.index, self.versions[name]))  # leaves self.rng alone

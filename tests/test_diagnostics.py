@@ -76,3 +76,22 @@ def test_training_logs_diagnostics_and_finds_the_deviant_worker(tmp_path, mode):
     acc.Reload()
     images = acc.Images(M.IMG_STATE_COVERAGE)
     assert [im.step for im in images] == [384 * 2, 384 * 4] and images[0].width > 100
+
+
+def test_hierarchy_logs_coverage_for_every_layer(tmp_path):
+    from conftest import ROOT
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "default.yaml", ["train.total_env_steps=3000", "train.eval_episodes=0",
+                                                          "diagnostics.every=1", "ray.backend=local"])
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    try:
+        trainer.train()
+    finally:
+        trainer.shutdown()
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
+
+    for layer in cfg.layers:
+        acc = EventAccumulator(str(tmp_path / "run" / "tb" / layer.name), size_guidance={IMAGES: 0})
+        acc.Reload()
+        assert acc.Images(M.IMG_STATE_COVERAGE), layer.name
