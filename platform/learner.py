@@ -19,7 +19,7 @@ from hdppo.platform.backend import call_service, make_backend
 from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from hdppo.platform.config import Config
 from hdppo.platform.diagnostics import divergences, mean_pairwise_cosine, pool_moments
-from hdppo.policies.compression import decompress, dense_nbytes
+from hdppo.policies.compression import decompress, wire_nbytes
 from hdppo.policies.exploration import RND
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import RunningStats
@@ -50,6 +50,7 @@ class Learner:
         self.obs_stats = RunningStats((obs_dim,))
         self.reward_stats = RunningStats(())
         self._agg_weights: list[float] | None = None
+        self._dense_wire: int | None = None
         self.version = 0
         self.env_steps = 0
         self.updates = 0
@@ -227,7 +228,7 @@ class Learner:
         A gradient may arrive compressed (bytes, see hdppo.policies.compression)."""
         shapes = [tuple(p.shape) for p in self.policy.parameters()]
         dense = [decompress(r[0], shapes) if isinstance(r[0], bytes) else r[0] for r in results]
-        self._grad_bytes += sum(len(r[0]) if isinstance(r[0], bytes) else dense_nbytes(r[0]) for r in results)
+        self._grad_bytes += sum(self._message_bytes(r[0]) for r in results)
         weights = self._agg_weights if self._agg_weights is not None and len(self._agg_weights) == len(results) \
             else [r[1] for r in results]
         grads = average_gradients(dense, weights)
@@ -238,6 +239,16 @@ class Learner:
             info["grad_cosine"] = mean_pairwise_cosine(dense)
         self._dppo_logs.append(info)
         return self.weights()
+
+    def _message_bytes(self, grads: list[torch.Tensor] | bytes) -> int:
+        """Bytes a gradient message takes serialised for sending (pickle protocol 5, as Ray
+        sends it): the honest 'bytes moved', framing included. A dense message's size depends
+        only on the shapes, so it is measured once."""
+        if isinstance(grads, bytes):
+            return wire_nbytes(grads)
+        if self._dense_wire is None:
+            self._dense_wire = wire_nbytes(grads)
+        return self._dense_wire
 
     def epoch_kl(self, steps_per_epoch: int) -> float:
         """Mean approximate KL of the last epoch's steps (for the KL early stop)."""

@@ -82,3 +82,35 @@ def test_both_modes_run_a_full_group_update():
         assert out["perf/sgd_steps"] == 2 * 4
         assert any(not torch.equal(before[k], after["weights"][0][k]) for k in before)
         assert np.isfinite(out["losses/policy"]) and out["perf/env_steps_per_s"] > 0
+
+
+def test_quality_aggregation_weights_the_better_worker_more():
+    import gymnasium as gym
+
+    from hdppo.platform.batch import RolloutStats
+    from hdppo.policies.ppo_update import quality_weights
+
+    def learner(aggregate):
+        cfg = validate(tiny_config(layers=[{"dppo": {"mode": "dppo", "aggregate": aggregate, "quality_beta": 1.0}}]))
+        return Learner(cfg, 0, 4, gym.spaces.Discrete(2), ParameterService())
+
+    stats = [RolloutStats(worker=i, version=0, env_steps=100, sample_s=0.0, adv_sum=0.0, adv_sumsq=100.0,
+                          ret_sum=100.0 * q) for i, q in enumerate([1.0, 3.0])]
+    torch.manual_seed(0)
+    quality, plain = learner("quality"), learner("samples")
+    grads = [[torch.randn_like(p) for p in quality.policy.parameters()] for _ in range(2)]
+    for lrn in (quality, plain):
+        lrn.begin_dppo(*stats)
+        lrn.apply_gradients(*[(g, 100, {"policy": 0.0, "value": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0})
+                              for g in grads])
+    w = quality_weights([100, 100], [1.0, 3.0], 1.0)
+    assert w[1] > 0.8  # the worker with the better returns dominates
+    # The quality learner stepped along the quality-weighted mean; the plain one along the plain mean.
+    ref = learner("samples")
+    ref.begin_dppo(*stats)
+    ref._agg_weights = w
+    ref.apply_gradients(*[(g, 100, {"policy": 0.0, "value": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0})
+                          for g in grads])
+    for a, b, c in zip(quality.policy.parameters(), ref.policy.parameters(), plain.policy.parameters()):
+        torch.testing.assert_close(a, b)
+    assert any(not torch.equal(a, c) for a, c in zip(quality.policy.parameters(), plain.policy.parameters()))
