@@ -129,25 +129,26 @@ def main(argv: list[str] | None = None) -> int:
     if "none" not in schemes:
         schemes.insert(0, "none")
     info = machine_info()
+    from hdppo.platform.config import load_config
+
+    env_id = load_config(args.config).env.name
+    args.results.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="hdppo-compression-"))
-    results = []
+    results: list[dict] = []
     try:
         for scheme in schemes:
             r = train_one(args.config, scheme, args.steps, args.set, tmp / scheme, args.episodes)
             print(f"[compression] {scheme}: {r['bytes_per_update']:,.0f} B/update, eval {r['eval_mean']:.1f} ± "
                   f"{r['eval_std']:.1f}, {r['wall_s']:.0f}s", flush=True)
             results.append(r)
+            # Written after every scheme: a long run stopped part-way still leaves its figures.
+            (args.results / "compression.json").write_text(json.dumps(
+                {"machine": info, "config": args.config, "steps": args.steps, "results": results}, indent=1))
+            plot(args.results / "compression.png", results, env_id)
+            md = render(results, info, Path(args.config).name, args.steps, args.episodes, args.target)
+            (args.results / "compression.md").write_text(md)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    from hdppo.platform.config import load_config
-
-    env_id = load_config(args.config).env.name
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "compression.json").write_text(json.dumps({"machine": info, "config": args.config,
-                                                               "steps": args.steps, "results": results}, indent=1))
-    plot(args.results / "compression.png", results, env_id)
-    md = render(results, info, Path(args.config).name, args.steps, args.episodes, args.target)
-    (args.results / "compression.md").write_text(md)
     print(md)
     return 0
 
