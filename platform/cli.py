@@ -1,4 +1,4 @@
-"""The ``hdppo`` command: train, eval, check-env, schema.
+"""The ``hdppo`` command: train, eval, check-env, ablate, sweep, schema.
 
 argparse (standard library) rather than click or typer: four subcommands need no dependency,
 and its ``--help`` is what users of RL tools already know.
@@ -72,6 +72,22 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from hdppo.platform.sweep import SWEEP_JSON, SWEEP_MD, failures, sweep, to_rich
+
+    out, layer, rows = sweep(args.config, args.grid, samples=args.samples, metric=args.metric, mode=args.mode,
+                             layer=args.layer, sweep_dir=args.sweep_dir, max_concurrent=args.max_concurrent,
+                             overrides=args.set, address=args.address)
+    Console().print(to_rich(rows, args.metric, layer, args.mode))
+    for line in failures(rows):
+        print(f"[hdppo] failed: {line}")
+    print(f"[hdppo] sweep dir: {out}  ({SWEEP_MD}, {SWEEP_JSON}, one run dir per trial, Tune's state in tune/)")
+    print(f"[hdppo] TensorBoard, every trial and layer: tensorboard --logdir {out}")
+    return 0
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     from hdppo.platform.config import json_schema
 
@@ -110,6 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     a.add_argument("--out", help="output folder (default runs/ablate-<config name>)")
     a.set_defaults(fn=_cmd_ablate)
+
+    w = sub.add_parser("sweep", help="train a grid of configs as concurrent Ray Tune trials; a ranked table")
+    w.add_argument("config")
+    w.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a config path and its values, parsed like --set values, e.g. --grid layers.0.ppo.lr=1e-4,3e-4 "
+                        "(repeatable: the trials are every combination)")
+    w.add_argument("--samples", type=int, default=1, help="trials per grid point, seeds train.seed + 0..N-1 (default 1)")
+    w.add_argument("--metric", default="charts/episodic_return", help="rank by this tag (default charts/episodic_return)")
+    w.add_argument("--layer", help="the layer whose metric ranks the trials (default the top layer)")
+    w.add_argument("--mode", choices=["max", "min"], default="max", help="whether higher or lower is better")
+    w.add_argument("--sweep-dir", help="output folder (default runs/<name>-sweep-<timestamp>)")
+    w.add_argument("--max-concurrent", type=int, help="trials at once (default: one per CPU, all if fewer)")
+    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
+    w.add_argument("--address", help="Ray address: 'auto' or host:port joins a cluster; default embedded local Ray")
+    w.set_defaults(fn=_cmd_sweep)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the config (for editors)")
     s.set_defaults(fn=_cmd_schema)
