@@ -5,10 +5,15 @@
   logical CPUs as workers + 1, since the workers mostly wait.
 * CPU-bound: Hopper-v5 with 1 and 2 workers (4 envs each) on this machine's cores.
 
-Samples/s is whole-iteration throughput (sampling + update), after one warm-up update, from each
-run's ``metrics.jsonl``. Writes benchmarks/results/scaling.{json,md,png}.
+Each latency-bound count runs in every ``--modes`` sync mode: ``sync`` (a barrier per update)
+and ``soft`` (workers stream chunks and keep collecting during the update; see the README's
+"Sync modes"). Speed-up is against 1 worker in the same mode.
 
-Usage: python benchmarks/scaling.py [--workers 1,4,8,16,32] [--iterations 4] [--step-ms 20]
+Samples/s is env steps trained on per second of wall time over the timed updates (sampling,
+update and sync included), after one warm-up update, from each run's ``metrics.jsonl``.
+Writes benchmarks/results/scaling.{json,md,png}.
+
+Usage: python benchmarks/scaling.py [--workers 1,4,8,16,32] [--modes sync,soft] [--iterations 4] [--step-ms 20]
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ sys.path.insert(0, str(HERE))
 from machine import machine_info  # noqa: E402
 
 
-def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int, tmp: Path, cpus: int) -> float:
+def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int, tmp: Path, cpus: int,
+        sync: str = "sync") -> float:
     import ray
 
     from hdppo.platform import metrics as M
@@ -35,12 +41,13 @@ def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int,
     cfg = validate({
         "name": f"scaling-{workers}", "env": env,
         "layers": [{"ppo": {"minibatch_size": min(512, batch), "num_epochs": 2},
-                    "dppo": {"num_workers": workers, "num_envs_per_worker": envs, "train_batch_size": batch}}],
+                    "dppo": {"num_workers": workers, "num_envs_per_worker": envs, "train_batch_size": batch,
+                             "sync": sync}}],
         "train": {"total_env_steps": batch * (iterations + 1), "checkpoint_every": 1000, "eval_episodes": 0},
         "ray": {"num_cpus": cpus}})
     if ray.is_initialized():
         ray.shutdown()
-    trainer = Trainer(cfg, tmp / f"{cfg.name}-{env.get('id') or 'latency'}", quiet=True)
+    trainer = Trainer(cfg, tmp / f"{cfg.name}-{sync}-{env.get('id') or 'latency'}", quiet=True)
     try:
         trainer.train()
         used = trainer.groups[0].num_workers
@@ -48,43 +55,53 @@ def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int,
         trainer.shutdown()
         ray.shutdown()
     assert used == workers, f"asked for {workers} workers, Ray placed {used}"
-    rates = [r["value"] for r in M.read_jsonl(trainer.run_dir / "metrics.jsonl") if r["tag"] == M.PERF_ENV_STEPS_PER_S]
-    timed = rates[1:] or rates
-    return sum(timed) / len(timed)
+    marks = [(r["step"], r["time"]) for r in M.read_jsonl(trainer.run_dir / "metrics.jsonl")
+             if r["tag"] == M.PERF_ENV_STEPS_PER_S]
+    (s0, t0), (s1, t1) = marks[0], marks[-1]  # from the end of the warm-up update to the end of the last
+    return (s1 - s0) / (t1 - t0)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", default="1,4,8,16,32")
+    p.add_argument("--modes", default="sync,soft")
     p.add_argument("--iterations", type=int, default=4)
     p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--skip-hopper", action="store_true")
     p.add_argument("--results", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",")]
+    modes = args.modes.split(",")
     latency_env = {"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": args.step_ms}}
-    out: dict = {"machine": machine_info(), "step_ms": args.step_ms, "latency": {}, "cpu_bound": {}}
+    out: dict = {"machine": machine_info(), "step_ms": args.step_ms, "latency": {m: {} for m in modes}, "cpu_bound": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
-            rate = run(latency_env, n, 1, 50, args.iterations, Path(tmp), cpus=n + 1)
-            out["latency"][n] = rate
-            print(f"[scaling] latency-bound, {n:2d} workers: {rate:8.1f} samples/s", flush=True)
-        for n in (1, 2):
+            for mode in modes:
+                rate = run(latency_env, n, 1, 50, args.iterations, Path(tmp), cpus=n + 1, sync=mode)
+                out["latency"][mode][n] = rate
+                print(f"[scaling] latency-bound, {mode}, {n:2d} workers: {rate:8.1f} samples/s", flush=True)
+        for n in () if args.skip_hopper else (1, 2):
             rate = run({"id": "Hopper-v5"}, n, 4, 500, args.iterations, Path(tmp), cpus=2)
             out["cpu_bound"][n] = rate
             print(f"[scaling] Hopper-v5, {n} workers: {rate:8.1f} samples/s", flush=True)
-    base = out["latency"][counts[0]]
-    rows = "\n".join(f"| {n} | {r:,.1f} | {r / base:.1f}x |" for n, r in out["latency"].items())
-    hop = out["cpu_bound"]
+    lat = out["latency"]
+    head = "| workers | " + " | ".join(f"`{m}` samples/s | `{m}` speed-up" for m in modes) + " |"
+    rule = "|---:|" + "---:|---:|" * len(modes)
+    rows = "\n".join(f"| {n} | " + " | ".join(f"{lat[m][n]:,.1f} | {lat[m][n] / lat[m][counts[0]]:.1f}x" for m in modes) + " |"
+                     for n in counts)
     targets = {16: 15, 32: 28}
-    verdicts = "; ".join(f"{n} workers: {out['latency'][n] / base:.1f}x (target >= {t}x: "
-                         f"{'met' if out['latency'][n] / base >= t else 'NOT met'})"
-                         for n, t in targets.items() if n in out["latency"])
+    verdicts = "\n".join(f"- `{m}`: " + "; ".join(
+        f"{n} workers {lat[m][n] / lat[m][counts[0]]:.1f}x (target >= {t}x: "
+        f"{'met' if lat[m][n] / lat[m][counts[0]] >= t else 'NOT met'})" for n, t in targets.items() if n in lat[m])
+        for m in modes)
+    hop = out["cpu_bound"]
+    hopper = (f"## CPU-bound: Hopper-v5, 4 envs per worker\n\n| workers | samples/s | speed-up |\n|---:|---:|---:|\n"
+              f"| 1 | {hop[1]:,.0f} | 1.0x |\n| 2 | {hop[2]:,.0f} | {hop[2] / hop[1]:.2f}x |\n\n") if hop else ""
     m = out["machine"]
-    md = (f"# Scaling\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, {m.get('cpu_count')} CPUs.\n\n"
+    md = (f"# Scaling\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, {m.get('cpu_count')} CPUs "
+          f"(load average at start {m['load_avg_1_5_15'][0]:.1f}).\n\n"
           f"## Latency-bound env ({args.step_ms:g} ms per step, 1 env per worker)\n\n"
-          f"| workers | samples/s | speed-up |\n|---:|---:|---:|\n{rows}\n\n{verdicts}. The article claims 14x at 16.\n\n"
-          f"## CPU-bound: Hopper-v5, 4 envs per worker\n\n| workers | samples/s | speed-up |\n|---:|---:|---:|\n"
-          f"| 1 | {hop[1]:,.0f} | 1.0x |\n| 2 | {hop[2]:,.0f} | {hop[2] / hop[1]:.2f}x |\n\n![scaling](scaling.png)\n")
+          f"{head}\n{rule}\n{rows}\n\n{verdicts}\n\nThe article claims 14x at 16.\n\n{hopper}![scaling](scaling.png)\n")
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "scaling.json").write_text(json.dumps(out, indent=2))
     (args.results / "scaling.md").write_text(md)
@@ -94,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    xs = list(out["latency"])
-    ax.plot(xs, [out["latency"][n] / base for n in xs], "o-", label="hdppo, latency-bound env")
+    xs = counts
+    for mode in modes:
+        ax.plot(xs, [lat[mode][n] / lat[mode][counts[0]] for n in xs], "o-", label=f"hdppo sync={mode}, latency-bound env")
     ax.plot(xs, xs, "--", color="grey", label="linear")
     ax.set_xlabel("workers")
     ax.set_ylabel("speed-up vs 1 worker")
