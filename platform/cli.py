@@ -1,4 +1,4 @@
-"""The ``hdppo`` command: train, eval, check-env, ablate, sweep, schema.
+"""The ``hdppo`` command: train, eval, check-env, ablate, sweep, scale, schema.
 
 argparse (standard library) rather than click or typer: four subcommands need no dependency,
 and its ``--help`` is what users of RL tools already know.
@@ -88,6 +88,27 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_scale(args: argparse.Namespace) -> int:
+    from hdppo.platform.config import load_config
+    from hdppo.platform.elastic import request_scale
+    from hdppo.platform.errors import CheckpointError, ConfigError
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). Pass the folder of a run that "
+                              "`hdppo train` is training now.")
+    groups = ["+".join(g) for g in load_config(run_dir / "config.yaml").layer_groups()]
+    if args.group is not None and args.group not in groups:
+        raise ConfigError(f"hdppo scale --group: {run_dir} has no group {args.group!r}; its groups are "
+                          f"{', '.join(groups)}.")
+    if args.workers < 1:
+        raise ConfigError(f"hdppo scale --workers: give at least 1 worker, not {args.workers}.")
+    request_scale(run_dir, args.workers, args.group)
+    print(f"[hdppo] asked {run_dir} to run {'group ' + repr(args.group) if args.group else 'every group'} with "
+          f"{args.workers} workers; the trainer applies it after its current update.")
+    return 0
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     from hdppo.platform.config import json_schema
 
@@ -141,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
     w.add_argument("--address", help="Ray address: 'auto' or host:port joins a cluster; default embedded local Ray")
     w.set_defaults(fn=_cmd_sweep)
+
+    sc = sub.add_parser("scale", help="resize a running training's worker pool")
+    sc.add_argument("run_dir", help="the run dir of a training in progress")
+    sc.add_argument("--workers", type=int, required=True, help="new number of rollout workers")
+    sc.add_argument("--group", help="the group (its layers joined by '+'); default every group")
+    sc.set_defaults(fn=_cmd_scale)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the config (for editors)")
     s.set_defaults(fn=_cmd_schema)

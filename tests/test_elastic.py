@@ -1,0 +1,95 @@
+"""Elastic worker pools: resize by `hdppo scale` and by the CPU-utilization policy, while training."""
+import pytest
+
+from conftest import tiny_config
+from hdppo.platform import metrics as M
+from hdppo.platform.cli import main
+from hdppo.platform.config import ElasticConfig, validate
+from hdppo.platform.elastic import decide_workers, request_scale, take_scale_request
+from hdppo.platform.trainer import Trainer
+
+
+def test_policy_grows_on_idle_cpu_and_shrinks_when_oversubscribed():
+    e = ElasticConfig(min_workers=1, max_workers=4, low_util=0.5, high_util=0.9)
+    assert decide_workers(2, 0.2, e, free_cpus=4, worker_cpus=1) == 3
+    assert decide_workers(2, 0.2, e, free_cpus=0.5, worker_cpus=1) == 2   # no room in Ray for another
+    assert decide_workers(4, 0.2, e, free_cpus=4, worker_cpus=1) == 4     # at max
+    assert decide_workers(2, 0.7, e, free_cpus=4, worker_cpus=1) == 2     # in the band: keep
+    assert decide_workers(2, 0.99, e, free_cpus=4, worker_cpus=1) == 1
+    assert decide_workers(1, 0.99, e, free_cpus=4, worker_cpus=1) == 1    # at min
+    assert decide_workers(9, 0.7, e, free_cpus=4, worker_cpus=1) == 4     # clamped into the range
+
+
+def test_scale_request_is_taken_once(tmp_path):
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    request_scale(tmp_path, 3, "control")
+    assert take_scale_request(tmp_path) == {"group": "control", "workers": 3}
+    assert take_scale_request(tmp_path) is None
+    with pytest.raises(FileNotFoundError):
+        request_scale(tmp_path / "nope", 2)
+
+
+def _cfg(**dppo):
+    return validate(tiny_config(
+        layers=[{"ppo": {"minibatch_size": 64, "num_epochs": 2},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 256, **dppo}}],
+        train={"total_env_steps": 256 * 8, "checkpoint_every": 1000, "eval_episodes": 0, "seed": 4}))
+
+
+def _workers_and_samples(run_dir):
+    rows = M.read_jsonl(run_dir / "metrics.jsonl")
+    workers = [r["value"] for r in rows if r["tag"] == M.PERF_NUM_WORKERS]
+    samples = sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES)
+    return workers, samples
+
+
+@pytest.mark.parametrize("sync", ["sync", "soft"])
+def test_hdppo_scale_resizes_a_training_group(ray_session, tmp_path, sync):
+    run_dir = tmp_path / "run"
+    cfg = _cfg(sync=sync)
+    cfg.ray.backend = "ray"
+    plan = {2: 1, 5: 2}  # after update 2 scale to 1 worker, after update 5 back to 2
+
+    def hook(trainer, layer, step, metrics):
+        n = trainer.groups[0]._updates
+        if n in plan:
+            assert main(["scale", str(run_dir), "--workers", str(plan.pop(n)), "--group", "control"]) == 0
+
+    trainer = Trainer(cfg, run_dir, hooks=[hook], quiet=True)
+    try:
+        summary = trainer.train()
+    finally:
+        trainer.shutdown()
+    workers, samples = _workers_and_samples(run_dir)
+    assert workers[:2] == [2, 2] and 1 in workers and workers[-1] == 2, workers
+    # Every env step was trained on exactly once: nothing lost or counted twice across resizes.
+    assert samples == summary["env_steps"] >= cfg.train.total_env_steps
+
+
+def test_cpu_policy_resizes_while_training(tmp_path, monkeypatch):
+    """Local backend, scripted utilization: idle CPU grows the pool to max, overload shrinks it."""
+    readings = iter([0.1] * 4 + [1.0] * 100)
+
+    class FakeMeter:
+        def __call__(self):
+            return next(readings)
+
+    monkeypatch.setattr("hdppo.platform.elastic.CpuMeter", FakeMeter)
+    cfg = _cfg(num_workers=1, elastic={"min_workers": 1, "max_workers": 3, "low_util": 0.5, "high_util": 0.9, "every": 2})
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    try:
+        summary = trainer.train()
+    finally:
+        trainer.shutdown()
+    workers, samples = _workers_and_samples(tmp_path / "run")
+    assert workers[:3] == [1, 1, 2] and max(workers) == 3 and workers[-1] < 3, workers
+    assert samples == summary["env_steps"]
+
+
+def test_scale_command_errors(tmp_path, capsys):
+    assert main(["scale", str(tmp_path), "--workers", "2"]) == 2
+    assert "not an hdppo run dir" in capsys.readouterr().err
+    (tmp_path / "config.yaml").write_text("name: t\nenv: {id: CartPole-v1}\n")
+    assert main(["scale", str(tmp_path), "--workers", "2", "--group", "nope"]) == 2
+    assert "no group 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "scale_request.json").exists()
