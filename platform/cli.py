@@ -1,6 +1,6 @@
 """The ``hdppo`` command: train, eval, check-env, ablate, sweep, scale, schema.
 
-argparse (standard library) rather than click or typer: four subcommands need no dependency,
+argparse (standard library) rather than click or typer: a handful of subcommands need no dependency,
 and its ``--help`` is what users of RL tools already know.
 """
 from __future__ import annotations
