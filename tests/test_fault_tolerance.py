@@ -52,3 +52,20 @@ def test_killed_worker_is_replaced(ray_session, tmp_path):
     finally:
         trainer.shutdown()
     assert summary["env_steps"] >= 2560
+
+
+@pytest.mark.parametrize("sync", ["soft", "async"])
+def test_streaming_modes_replace_failed_workers_without_counting_twice(ray_session, tmp_path, sync):
+    """Sync soft/async: a crashed chunk is dropped, its worker replaced once, the others' chunks used."""
+    env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed"), "at_step": 200}}
+    cfg = _cfg(tmp_path, "ray", env)
+    cfg.layers[0].dppo.sync = sync
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    try:
+        summary = trainer.train()
+        assert trainer.groups[0].replaced == 1
+    finally:
+        trainer.shutdown()
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    samples = sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES)
+    assert samples == summary["env_steps"] >= 2560

@@ -146,3 +146,17 @@ def test_dynamic_batching_lets_fast_workers_contribute_more(ray_session, tmp_pat
         shares[sync] = per[0] / (per[0] + per[1])
     assert shares["sync"] == pytest.approx(0.5)
     assert shares["soft"] > 0.7, shares
+
+
+def test_hierarchy_trains_in_soft_mode(tmp_path):
+    from conftest import ROOT
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "default.yaml", [
+        "train.total_env_steps=4000", "train.eval_episodes=0", "ray.backend=local",
+        *[f"layers.{i}.dppo.sync=soft" for i in range(2)]])
+    summary, rows = _train(cfg, tmp_path / "run", "local")
+    for layer in cfg.layers:
+        lags = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_MAX_STALENESS]
+        assert lags and max(lags) <= layer.dppo.max_lag
+    assert summary["env_steps"] >= 4000
