@@ -30,7 +30,24 @@ def ant_velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
     return float(np.exp(-np.sum((v - target) ** 2)))
 
 
-NAMED: dict[str, IntrinsicFn] = {"corridor_follow": corridor_follow, "ant_velocity_tracking": ant_velocity_tracking}
+def ant_heading_speed(command: np.ndarray, info: dict, **_) -> float:
+    """Walk along the commanded planar velocity, shaped like Ant's own reward: a healthy bonus
+    of 1, plus the speed along the command's direction up to the commanded speed, minus half the
+    speed across it. Linear in the velocity (as Ant's forward reward is), so a body standing
+    still is pulled the right way as strongly as one that already walks, where the Gaussian
+    kernel of ``ant_velocity_tracking`` flattens out. A command of (near) zero asks to stand."""
+    v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
+    c = np.asarray(command, dtype=np.float64)[:2]
+    speed = float(np.linalg.norm(c))
+    if speed < 1e-3:
+        return float(1.0 - 0.5 * np.linalg.norm(v))
+    along = float(v @ c) / speed
+    across = float(np.linalg.norm(v - along * c / speed))
+    return 1.0 + min(along, speed) - 0.5 * across
+
+
+NAMED: dict[str, IntrinsicFn] = {"corridor_follow": corridor_follow, "ant_velocity_tracking": ant_velocity_tracking,
+                                 "ant_heading_speed": ant_heading_speed}
 
 
 def resolve(name: str) -> IntrinsicFn:

@@ -384,3 +384,21 @@ def test_parallelizable_aec_env_goes_through_pettingzoos_conversion():
     assert type(adapter) is ParallelAdapter and type(adapter.env).__name__ == "CorridorEnv"
     obs = adapter.reset(seed=0)
     assert set(obs) == {"walker_0", "walker_1"} and adapter.acting == adapter.agents
+
+
+def test_ant_intrinsic_rewards():
+    from hdppo.hierarchies.intrinsic import ant_heading_speed, ant_velocity_tracking, resolve
+
+    def info(vx, vy):
+        return {"x_velocity": vx, "y_velocity": vy}
+
+    assert ant_velocity_tracking(np.array([1.0, 0.0]), info(1.0, 0.0)) == pytest.approx(1.0)
+    assert ant_heading_speed(np.array([1.0, 0.0]), info(1.0, 0.0)) == pytest.approx(2.0)   # on command
+    assert ant_heading_speed(np.array([1.0, 0.0]), info(2.0, 0.0)) == pytest.approx(2.0)   # faster: no more
+    assert ant_heading_speed(np.array([1.0, 0.0]), info(0.0, 0.0)) == pytest.approx(1.0)   # standing: healthy only
+    assert ant_heading_speed(np.array([0.0, 1.0]), info(0.0, -1.0)) == pytest.approx(0.0)  # the wrong way
+    assert ant_heading_speed(np.array([1.0, 0.0]), info(0.0, 1.0)) == pytest.approx(0.5)   # sideways
+    assert ant_heading_speed(np.zeros(2), info(0.0, 0.0)) == pytest.approx(1.0)            # asked to stand
+    # Linear, not flat: halfway to the commanded speed earns half the way up.
+    assert ant_heading_speed(np.array([1.0, 1.0]), info(0.5, 0.5)) == pytest.approx(1.0 + np.sqrt(0.5))
+    assert resolve("ant_heading_speed") is ant_heading_speed
