@@ -47,6 +47,9 @@ DIAG_OBS_DIVERGENCE = "diag/obs_divergence"        # + "/max" and "/<worker>": s
 DIAG_ACTION_DIVERGENCE = "diag/action_divergence"  # + "/max" and "/<worker>"
 DIAG_GRAD_COSINE = "diag/grad_cosine"              # mean pairwise cosine of the workers' gradients
 IMG_STATE_COVERAGE = "diag/state_coverage"         # image: 2-D PCA of sampled states, coloured by worker
+# Tags logged with a suffix: "/<i>" (a command, a worker) or "/max" (the worst worker).
+SUFFIXED_TAGS = (HIST_COMMANDS, PERF_WORKER_SAMPLES, DIAG_OBS_DIVERGENCE, DIAG_ACTION_DIVERGENCE)
+NOT_SCALARS = (HIST_COMMANDS, IMG_STATE_COVERAGE)
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
                  LOSS_APPROX_KL, LOSS_CLIPFRAC, LOSS_EXPLAINED_VARIANCE, PERF_ENV_STEPS_PER_S,

@@ -125,11 +125,12 @@ def trial_name(index: int, width: int, params: dict[str, Any], sample: int | Non
 
 def known_metrics() -> set[str]:
     """Every scalar tag hdppo logs (the constants in ``metrics.py``)."""
-    return {v for k, v in vars(M).items() if k.isupper() and isinstance(v, str) and "/" in v and v != M.HIST_COMMANDS}
+    return {v for k, v in vars(M).items() if k.isupper() and isinstance(v, str) and "/" in v
+            and v not in M.NOT_SCALARS and v not in M.SUFFIXED_TAGS}
 
 
 def check_metric(metric: str) -> None:
-    if metric in known_metrics() or re.fullmatch(rf"{re.escape(M.HIST_COMMANDS)}/\d+", metric):
+    if metric in known_metrics() or any(re.fullmatch(rf"{re.escape(t)}/(\d+|max)", metric) for t in M.SUFFIXED_TAGS):
         return
     close = difflib.get_close_matches(metric, sorted(known_metrics()), n=1, cutoff=0.5)
     hint = f" Did you mean '{close[0]}'?" if close else ""

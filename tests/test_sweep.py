@@ -71,6 +71,12 @@ def test_metric_and_layer_checks(tmp_path):
     check_metric(M.CHART_EPISODIC_RETURN)
     check_metric(M.EVAL_RETURN_MEAN)
     check_metric("charts/commands/2")
+    check_metric(f"{M.DIAG_OBS_DIVERGENCE}/max")
+    check_metric(f"{M.PERF_WORKER_SAMPLES}/3")
+    check_metric(M.DIAG_GRAD_COSINE)
+    for bad in (M.IMG_STATE_COVERAGE, M.DIAG_OBS_DIVERGENCE, "charts/commands/x"):
+        with pytest.raises(ConfigError):
+            check_metric(bad)
     with pytest.raises(ConfigError, match="Did you mean 'charts/episodic_return'"):
         check_metric("charts/episode_return")
     base, _ = plan_trials(write_config(tmp_path), ["train.seed=1"])
