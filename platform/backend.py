@@ -110,7 +110,13 @@ class RayBackend:
         return [i for i, f in enumerate(futures) if f in done_ids]
 
     def free_cpus(self) -> float:
-        """CPUs no actor has claimed yet, over the whole cluster."""
+        """CPUs no actor has claimed yet, over the whole cluster; none inside a placement group
+        (a sweep trial): its bundles were sized for the pool it started with, and a worker
+        beyond them would wait for CPUs forever."""
+        from ray.util import get_current_placement_group
+
+        if get_current_placement_group() is not None:
+            return 0.0
         return float(ray.available_resources().get("CPU", 0.0))
 
     def put(self, obj: Any) -> Any:
