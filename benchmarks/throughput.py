@@ -1,4 +1,4 @@
-"""Side-by-side PPO training throughput: raw env limit vs RLlib vs hdppo (central, dppo).
+"""Side-by-side PPO training throughput: raw env limit vs RLlib vs hdppo (central, pipeline, soft, dppo).
 
 For every env (default Hopper-v5 and Ant-v5) this measures, in one run on one machine:
 
@@ -7,6 +7,8 @@ For every env (default Hopper-v5 and Ant-v5) this measures, in one run on one ma
 * ``rllib``          -- stock RLlib PPO (``rllib_ppo.py``).
 * ``hdppo_central``  -- hdppo, ``dppo.mode: central`` (workers ship batches, learner runs SGD).
 * ``hdppo_pipeline`` -- the same with ``dppo.pipeline: true`` (workers sample during the update).
+* ``hdppo_soft``     -- the same with ``dppo.sync: soft`` (no barrier: workers stream chunks and
+                        never stop collecting; each update takes the first full batch).
 * ``hdppo_dppo``     -- hdppo, ``dppo.mode: dppo`` (workers compute gradients, learner averages).
 
 All PPO runs use the same settings: 2 workers x 4 envs, train batch 4000, minibatch 512,
@@ -52,7 +54,9 @@ HIDDEN = [64, 64]
 RAY_CPUS = 2
 TARGET_VS_RLLIB = 1.5
 TARGET_VS_RAW = 0.5
-MODES = ("central", "pipeline", "dppo")  # pipeline: mode central with dppo.pipeline on
+# pipeline: mode central with dppo.pipeline on; soft: mode central with dppo.sync soft (workers
+# stream chunks and never stop collecting; the learner takes the first full batch)
+MODES = ("central", "pipeline", "soft", "dppo")
 
 
 # ----------------------------------------------------------------------------- hdppo
@@ -67,7 +71,8 @@ def hdppo_config_dict(env_id: str, mode: str, total_env_steps: int, seed: int = 
             "ppo": {"minibatch_size": MINIBATCH, "num_epochs": EPOCHS, "lr": 3e-4, "lr_schedule": "constant",
                     "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.2, "vf_coeff": 0.5,
                     "entropy_coeff": 0.0, "entropy_coeff_final": 0.0},
-            "dppo": {"mode": "central" if mode == "pipeline" else mode, "pipeline": mode == "pipeline",
+            "dppo": {"mode": "dppo" if mode == "dppo" else "central", "pipeline": mode == "pipeline",
+                     "sync": "soft" if mode == "soft" else "sync",
                      "num_workers": NUM_WORKERS, "num_envs_per_worker": ENVS_PER_WORKER,
                      "train_batch_size": TRAIN_BATCH},
         }],
@@ -241,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=10, help="timed PPO iterations (default 10)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed PPO iterations first (default 1)")
     ap.add_argument("--raw-seconds", type=float, default=10.0, help="duration of the raw-limit run per env")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: raw,rllib,central,pipeline,dppo")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: raw,rllib,central,pipeline,soft,dppo")
     ap.add_argument("--quick", action="store_true", help="tiny budgets for a smoke run (1 timed iteration, 2 s raw)")
     ap.add_argument("--out", default=None, help="output stem in benchmarks/results (default throughput, "
                     "or throughput_quick with --quick)")
