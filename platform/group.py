@@ -113,11 +113,13 @@ class DPPOGroup:
                 raise cause
             if i < len(self.workers) and gen == self.generation[i]:
                 self._replace(i, cause)
-        if not kept:
+        if not kept and not self.first.dppo.streaming:
             raise RuntimeError(f"group {self.name!r}: every worker failed in the same iteration")
         return kept
 
-    def _update_with_failover(self, pending: list[Any], sources: list[tuple[int, int]]) -> dict[str, dict[str, float]]:
+    def _update_with_failover(self, pending: list[Any], sources: list[tuple[int, int]]) -> dict[str, dict[str, float]] | None:
+        """The update on ``pending``; if some rollouts failed, on the others. None when a
+        streaming group had only failed chunks in hand (it then collects more)."""
         try:
             # The common case: rollouts go from the workers to the learners by reference,
             # never through this process.
@@ -126,7 +128,8 @@ class DPPOGroup:
             results = self.backend.outcomes(pending)
             if not any(isinstance(r, BaseException) for r in results):
                 raise exc
-            return self._update_central(self._survivors(results, sources))
+            kept = self._survivors(results, sources)
+            return self._update_central(kept) if kept else None
 
     def _update_central(self, rollouts: list[Any]) -> dict[str, dict[str, float]]:
         b = self.backend
@@ -157,9 +160,15 @@ class DPPOGroup:
         t0 = time.perf_counter()
         b = self.backend
         if self.first.dppo.streaming:
-            pending, sources = self._stream()
-            sample_s = time.perf_counter() - t0
-            out = self._update_with_failover(pending, sources)
+            out = None
+            failed_before = self.replaced
+            while out is None:  # an async update may hold one chunk, and that one may have failed
+                if self.replaced - failed_before > 3 * len(self.workers):
+                    raise RuntimeError(f"group {self.name!r}: workers keep failing ({self.replaced - failed_before} "
+                                       "replaced without one good chunk); see the errors above")
+                pending, sources = self._stream()
+                sample_s = time.perf_counter() - t0
+                out = self._update_with_failover(pending, sources)
             out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
         elif self.first.dppo.mode == "central":
             pending = self._next or [b.call(w, "sample") for w in self.workers]
@@ -170,6 +179,7 @@ class DPPOGroup:
                 # The next batch is collected while the learners update on this one.
                 self._next = [b.call(w, "sample") for w in self.workers]
             out = self._update_with_failover(pending, sources)
+            assert out is not None  # a sync group raises when every rollout failed
             out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
         else:
             stats = b.get([b.call(w, "sample_stats_only") for w in self.workers])
