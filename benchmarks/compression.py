@@ -101,7 +101,7 @@ def render(results: list[dict], info: dict, config: str, steps: int, episodes: i
              "|---|---:|---:|---:|---:|---:|"]
     for r in results:
         ratio = r["eval_mean"] / base["eval_mean"] if base["eval_mean"] else float("nan")
-        lines.append(f"| {r['scheme']} | {r['bytes_per_update']:,.0f} | {base['bytes_per_update'] / r['bytes_per_update']:.1f}x "
+        lines.append(f"| {r['scheme']}{' (run ' + r['reused_from'] + ')' if r.get('reused_from') else ''} | {r['bytes_per_update']:,.0f} | {base['bytes_per_update'] / r['bytes_per_update']:.1f}x "
                      f"| {r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {ratio:.0%} | {r['wall_s']:.0f} |")
     lines.append("")
     for r in results:
@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.10, help="allowed relative return loss")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--results", type=Path, default=HERE / "results")
+    p.add_argument("--reuse", type=Path, help="a compression.json whose results for the same config and steps are "
+                   "kept instead of retraining (e.g. the uncompressed baseline after a quantiser change)")
+    p.add_argument("--reuse-schemes", default="none", help="which schemes --reuse keeps (default none)")
     args = p.parse_args(argv)
     schemes = args.schemes.split(",")
     if "none" not in schemes:
@@ -135,9 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="hdppo-compression-"))
     results: list[dict] = []
+    reused: dict[str, dict] = {}
+    if args.reuse:
+        old = json.loads(args.reuse.read_text())
+        if Path(old["config"]).name != Path(args.config).name or old["steps"] != args.steps:
+            raise SystemExit(f"compression.py: --reuse {args.reuse} was measured with {old['config']} at "
+                             f"{old['steps']:,} steps, not {args.config} at {args.steps:,}")
+        keep = set(args.reuse_schemes.split(","))
+        reused = {r["scheme"]: r | {"reused_from": old["machine"]["timestamp_utc"]} for r in old["results"] if r["scheme"] in keep}
     try:
         for scheme in schemes:
-            r = train_one(args.config, scheme, args.steps, args.set, tmp / scheme, args.episodes)
+            r = reused.get(scheme) or train_one(args.config, scheme, args.steps, args.set, tmp / scheme, args.episodes)
             print(f"[compression] {scheme}: {r['bytes_per_update']:,.0f} B/update, eval {r['eval_mean']:.1f} ± "
                   f"{r['eval_std']:.1f}, {r['wall_s']:.0f}s", flush=True)
             results.append(r)

@@ -16,7 +16,8 @@ def test_pack_round_trip(bits):
     np.testing.assert_array_equal(_unpack(_pack(codes, bits), bits, len(codes)), codes)
 
 
-@pytest.mark.parametrize("scheme,ratio", [("sign1", 30), ("q2", 15.8), ("q8", 3.99)])
+# Payload only: the codes plus a 5-byte header and a float32 scale per tensor (3 here).
+@pytest.mark.parametrize("scheme,ratio", [("sign1", 29), ("q2", 15.5), ("q8", 3.95)])
 def test_payload_shrinks_by_the_bit_width(scheme, ratio):
     g = grads()
     msg, _ = compress(g, scheme, None)
@@ -29,14 +30,26 @@ def test_two_bit_messages_are_16x_smaller_on_the_wire():
     assert wire_nbytes(g) / wire_nbytes(msg) >= 16
 
 
-@pytest.mark.parametrize("scheme,tol", [("q8", 0.01), ("q2", 0.35)])
-def test_quantisation_error_is_bounded_by_the_step(scheme, tol):
+@pytest.mark.parametrize("scheme,rel_mse", [("q8", 1e-4), ("q2", 0.25), ("sign1", 0.4)])
+def test_quantisation_error_per_tensor(scheme, rel_mse):
+    """Each tensor is quantised on its own scale: the small third tensor (x0.1) loses no more,
+    relatively, than the others. q2's ternary code is near the MSE-optimal one (about 0.19 of the
+    variance for Gaussian values)."""
     g = grads()
     msg, residual = compress(g, scheme, None)
+    back = decompress(msg, [tuple(x.shape) for x in g])
+    for x, y in zip(g, back):
+        assert float(((x - y) ** 2).mean() / (x**2).mean()) <= rel_mse
     flat = torch.cat([x.reshape(-1) for x in g])
-    back = torch.cat([x.reshape(-1) for x in decompress(msg, [tuple(x.shape) for x in g])])
-    assert (flat - back).abs().max() <= tol * flat.abs().max() + 1e-6
-    torch.testing.assert_close(residual, flat - back)  # what was lost is kept for the next message
+    torch.testing.assert_close(residual, flat - torch.cat([x.reshape(-1) for x in back]))  # kept for the next message
+
+
+def test_q2_is_ternary_with_zero():
+    g = [torch.tensor([0.01, -0.02, 3.0, -3.0, 0.5, -0.6])]
+    msg, _ = compress(g, "q2", None)
+    back = decompress(msg, [(6,)])[0]
+    s = 1.5 * float(g[0].abs().mean())
+    torch.testing.assert_close(back, torch.tensor([0.0, 0.0, s, -s, 0.0, 0.0]))
 
 
 @pytest.mark.parametrize("scheme", ["sign1", "q2", "q8"])
