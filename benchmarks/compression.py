@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"compression.py: --reuse {args.reuse} was measured with {old['config']} at "
                              f"{old['steps']:,} steps, not {args.config} at {args.steps:,}")
         keep = set(args.reuse_schemes.split(","))
-        reused = {r["scheme"]: r | {"reused_from": old["machine"]["timestamp_utc"]} for r in old["results"] if r["scheme"] in keep}
+        reused = {r["scheme"]: {"reused_from": old["machine"]["timestamp_utc"]} | r for r in old["results"] if r["scheme"] in keep}
     try:
         for scheme in schemes:
             r = reused.get(scheme) or train_one(args.config, scheme, args.steps, args.set, tmp / scheme, args.episodes)
