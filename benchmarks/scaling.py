@@ -5,9 +5,9 @@
   logical CPUs as workers + 1, since the workers mostly wait.
 * CPU-bound: Hopper-v5 with 1 and 2 workers (4 envs each) on this machine's cores.
 
-Each latency-bound count runs in every ``--modes`` sync mode: ``sync`` (a barrier per update)
-and ``soft`` (workers stream chunks and keep collecting during the update; see the README's
-"Sync modes"). Speed-up is against 1 worker in the same mode.
+Each latency-bound count runs in every ``--modes``: ``sync`` (a barrier per update),
+``pipeline`` (the barrier, but the next rollouts run during the update) and ``soft`` (workers
+stream chunks and keep collecting during the update; see the README's "Sync modes"). Speed-up is against 1 worker in the same mode.
 
 Samples/s is env steps trained on per second of wall time over the timed updates (sampling,
 update and sync included), after one warm-up update, from each run's ``metrics.jsonl``.
@@ -42,7 +42,7 @@ def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int,
         "name": f"scaling-{workers}", "env": env,
         "layers": [{"ppo": {"minibatch_size": min(512, batch), "num_epochs": 2},
                     "dppo": {"num_workers": workers, "num_envs_per_worker": envs, "train_batch_size": batch,
-                             "sync": sync}}],
+                             "sync": "sync" if sync == "pipeline" else sync, "pipeline": sync == "pipeline"}}],
         "train": {"total_env_steps": batch * (iterations + 1), "checkpoint_every": 1000, "eval_episodes": 0},
         "ray": {"num_cpus": cpus}})
     if ray.is_initialized():

@@ -117,9 +117,21 @@ class ActorCritic(nn.Module):
             a = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
             logp = (-0.5 * ((a - mean) / log_std.exp()) ** 2 - log_std - _HALF_LOG_2PI).sum(-1)
         else:
-            d = self._dists(obs, masks)
-            parts = [di.probs.argmax(-1) if deterministic else di.sample() for di in d]
-            logp = sum(di.log_prob(p) for di, p in zip(d, parts))
+            # Written out too (Gumbel-max sampling from log-softmax): Categorical validates its
+            # arguments and normalises twice, which costs more than the network on small inputs.
+            logits = self.actor(obs)
+            if masks is not None and masks.shape[-1] > 0:
+                logits = torch.where(masks > 0, logits, torch.full_like(logits, -1e8))
+            parts, logp = [], torch.zeros(logits.shape[0])
+            for chunk in torch.split(logits, self.head.nvec, dim=-1):
+                log_probs = torch.log_softmax(chunk, dim=-1)
+                if deterministic:
+                    pick = log_probs.argmax(-1)
+                else:
+                    gumbel = -torch.log(-torch.log(torch.rand_like(log_probs).clamp_(1e-20, 1.0)))
+                    pick = (log_probs + gumbel).argmax(-1)
+                parts.append(pick)
+                logp = logp + log_probs.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
             a = torch.stack(parts, dim=-1).float()
         v = self.value(obs, critic_obs)
         return a.numpy(), logp.numpy(), v.numpy()  # type: ignore[union-attr]

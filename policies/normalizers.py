@@ -33,20 +33,23 @@ class RunningStats:
         x = np.asarray(x, dtype=np.float64).reshape((-1,) + self.shape)
         if x.shape[0] == 0:
             return
-        self.merge(RunningStats(self.shape, x.mean(axis=0), x.var(axis=0), float(x.shape[0])))
+        self.merge_moments(*batch_moments(x))
 
     def merge(self, other: "RunningStats") -> None:
         """Combine with another stream's statistics (Chan, Golub, LeVeque 1979)."""
-        if other.count == 0:
+        self.merge_moments(other.mean, other.var, other.count)
+
+    def merge_moments(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+        """:meth:`merge` from bare moments: called every env step, so no object is built."""
+        if count == 0:
             return
         if self.count == 0:
-            self.mean, self.var, self.count = other.mean.copy(), other.var.copy(), other.count
+            self.mean, self.var, self.count = np.array(mean, np.float64), np.array(var, np.float64), count
             return
-        total = self.count + other.count
-        delta = other.mean - self.mean
-        m2 = self.var * self.count + other.var * other.count + delta**2 * self.count * other.count / total
-        self.mean = self.mean + delta * other.count / total
-        self.var = m2 / total
+        total = self.count + count
+        delta = mean - self.mean
+        self.var = (self.var * self.count + var * count + delta * delta * (self.count * count / total)) / total
+        self.mean = self.mean + delta * (count / total)
         self.count = total
 
     def merged(self, other: "RunningStats") -> "RunningStats":
@@ -71,6 +74,14 @@ class RunningStats:
                    np.asarray(state["var"], np.float64).reshape(shape), float(state["count"]))
 
 
+def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Mean, variance and count of a float64 batch ``[B, *shape]`` (one row: itself, 0, 1)."""
+    if x.shape[0] == 1:
+        return x[0], np.zeros_like(x[0]), 1.0
+    mean = x.mean(axis=0)
+    return mean, ((x - mean) ** 2).mean(axis=0), float(x.shape[0])
+
+
 class ObservationNormalizer:
     """Normalises with (published pool statistics + this worker's unsent delta), clipped."""
 
@@ -84,10 +95,9 @@ class ObservationNormalizer:
 
     def observe(self, obs: np.ndarray) -> None:
         if self.enabled:
-            batch = np.asarray(obs, dtype=np.float64).reshape((-1,) + self.delta.shape)
-            part = RunningStats(self.delta.shape, batch.mean(axis=0), batch.var(axis=0), float(batch.shape[0]))
-            self.delta.merge(part)
-            self.current.merge(part)
+            moments = batch_moments(np.asarray(obs, dtype=np.float64).reshape((-1,) + self.delta.shape))
+            self.delta.merge_moments(*moments)
+            self.current.merge_moments(*moments)
             self._std = None
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
@@ -138,8 +148,9 @@ class RewardScaler:
             self.returns = np.concatenate([self.returns, np.zeros(slots.max() + 1 - len(self.returns))])
         g = self.gamma if gamma is None else gamma
         self.returns[slots] = self.returns[slots] * g + rewards
-        self.stats.update(self.returns[slots])
-        self.delta.update(self.returns[slots])
+        moments = batch_moments(self.returns[slots])
+        self.stats.merge_moments(*moments)
+        self.delta.merge_moments(*moments)
         self.returns[slots[np.asarray(episode_end, bool)]] = 0.0
         scaled = np.asarray(rewards) / self.stats.std()
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
