@@ -85,3 +85,43 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
     path.write_bytes(b"truncated")
     with pytest.raises(CheckpointError, match="delete it to fall back"):
         load_checkpoint(path)
+
+
+def test_a_killed_driver_continues_with_resume(tmp_path):
+    """SIGKILL `hdppo train` mid-run: the last checkpoint is whole, and `--resume` finishes the run
+    from it, counting on from its env steps."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from conftest import ROOT
+
+    cfg = tiny_config(train={"total_env_steps": 10_000_000, "checkpoint_every": 1, "eval_episodes": 0, "seed": 3})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "hdppo.platform.cli", "train", str(path), "--run-dir", str(run)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while len(list_checkpoints(run)) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        assert len(list_checkpoints(run)) >= 2, "no checkpoints written"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    last = load_checkpoint(latest_checkpoint(run))  # whole: written to a temporary file, then renamed
+    steps = last["groups"]["control"]["learners"]["control"]["env_steps"]
+    assert steps > 0
+    out = subprocess.run(cmd + ["--resume", "--set", f"train.total_env_steps={steps + 1024}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == steps + 1024
