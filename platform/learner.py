@@ -2,11 +2,12 @@
 
 Mode ``central``: :meth:`update_central` receives whole rollouts and runs the epochs.
 Mode ``dppo``: the group asks workers for gradients on their own shards and hands them to
-:meth:`apply_gradients`, which averages (by sample count) and steps (Heess et al. 2017,
+:meth:`apply_gradients`, which averages (by sample count, or by trajectory quality) and steps (Heess et al. 2017,
 arXiv:1707.02286). Both paths go through :meth:`_step`, so clipping and schedules are shared.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -129,8 +130,8 @@ class Learner:
             if not keep.any():
                 continue
             batch = r.batch if keep.all() else r.batch.take(np.flatnonzero(keep))
-            if d.stale == "downweight":
-                batch.weights = batch.weights * w[keep]
+            if d.stale == "downweight":  # a new Batch: the rollout may be the worker's own object (local backend)
+                batch = dataclasses.replace(batch, weights=batch.weights * w[keep])
             kept.append(Rollout(batch, r.stats))
             lags.append(lag[keep])
         return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), dropped
