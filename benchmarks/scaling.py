@@ -13,7 +13,7 @@ Samples/s is env steps trained on per second of wall time over the timed updates
 update and sync included), after one warm-up update, from each run's ``metrics.jsonl``.
 Writes benchmarks/results/scaling.{json,md,png}.
 
-Usage: python benchmarks/scaling.py [--workers 1,4,8,16,32] [--modes sync,soft] [--iterations 4] [--step-ms 20]
+Usage: python benchmarks/scaling.py [--workers 1,4,8,16,32] [--modes sync,pipeline,soft] [--iterations 4] [--step-ms 20]
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", default="1,4,8,16,32")
-    p.add_argument("--modes", default="sync,soft")
+    p.add_argument("--modes", default="sync,pipeline,soft")
     p.add_argument("--iterations", type=int, default=4)
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--skip-hopper", action="store_true")
