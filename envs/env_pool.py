@@ -42,6 +42,7 @@ class EnvPool:
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs_dim = int(gym.spaces.flatdim(self.observation_space))
+        self._box = isinstance(self.observation_space, gym.spaces.Box)
         self.num_envs = num_envs
         self._seed = seed
         self._ep_return = np.zeros(num_envs)
@@ -66,6 +67,8 @@ class EnvPool:
                 f"observation_space {self.observation_space} (got shape {shape}, dtype {dtype}). "
                 "Make the env return observations inside its declared space (dtype included), "
                 "or declare the space it really produces.")
+        if self._box:  # the common case, without gym.spaces.flatten's dispatch on every step
+            return np.asarray(obs, dtype=np.float32).reshape(-1)
         return gym.spaces.flatten(self.observation_space, obs).astype(np.float32, copy=False)
 
     def _reset(self, i: int, seed: int | None = None) -> np.ndarray:

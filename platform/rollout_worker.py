@@ -191,17 +191,27 @@ class RolloutWorker:
         ep_lengths: list[int] = []
         raw_reward_sum = 0.0
         refresh = layer.dppo.refresh_every if layer.dppo.sync == "soft" else 0
+        segment = 0  # first row whose values are not computed yet
+
+        def fill_values(end: int) -> None:
+            # The critic runs once per stretch of rows acted with one weights version, batched,
+            # rather than every step: the same values, a fraction of the per-step cost.
+            with torch.inference_mode():
+                val_buf[segment:end] = policy.value(torch.from_numpy(obs_buf[segment:end].reshape(-1, D))).numpy().reshape(-1, N)
+
         for t in range(T):
             if refresh and t and t % refresh == 0:
+                fill_values(t)
+                segment = t
                 self._pull()  # soft sync: adopt newer weights mid-rollout; each sample keeps its version
             ver_buf[t] = self.versions[name]
             raw = self.pool.obs
             obs_norm.observe(raw)
             obs = obs_norm(raw)
-            actions, logp, values = policy.act(torch.from_numpy(obs))
+            actions, logp, _ = policy.act(torch.from_numpy(obs), with_value=False)
             res = self.pool.step(policy.head.to_env(actions))
             ended = res.terminated | res.truncated
-            obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = obs, actions, logp, values
+            obs_buf[t], act_buf[t], logp_buf[t] = obs, actions, logp
             rew_buf[t] = scaler(res.rewards, ended)
             term_buf[t], end_buf[t] = res.terminated, ended
             raw_reward_sum += float(res.rewards.sum())
@@ -209,6 +219,7 @@ class RolloutWorker:
                 truncated_final.append((t, int(i), res.final_obs[int(i)]))
             ep_returns += res.episode_returns
             ep_lengths += res.episode_lengths
+        fill_values(T)
         next_values = self._next_values(val_buf, truncated_final)
         adv, ret = compute_gae(rew_buf, val_buf, next_values, term_buf, end_buf, layer.ppo.gamma, layer.ppo.gae_lambda)
         batch = Batch(obs_buf.reshape(T * N, D), act_buf.reshape(T * N, act_dim), logp_buf.reshape(-1),

@@ -108,8 +108,9 @@ class ActorCritic(nn.Module):
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, masks: torch.Tensor | None = None,
-            critic_obs: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``."""
+            critic_obs: torch.Tensor | None = None, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``;
+        the value is None with ``with_value=False`` (a caller that evaluates the critic later, batched)."""
         if self.head.kind == "box":
             # Written out rather than through torch.distributions.Normal: this runs once per env
             # step in every worker, and the distribution object costs more than the maths.
@@ -133,8 +134,8 @@ class ActorCritic(nn.Module):
                 parts.append(pick)
                 logp = logp + log_probs.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
             a = torch.stack(parts, dim=-1).float()
-        v = self.value(obs, critic_obs)
-        return a.numpy(), logp.numpy(), v.numpy()  # type: ignore[union-attr]
+        v = self.value(obs, critic_obs).numpy() if with_value else None
+        return a.numpy(), logp.numpy(), v  # type: ignore[union-attr]
 
 
 def flat_obs_dim(space: gym.Space) -> int:
