@@ -114,9 +114,11 @@ class ActorCritic(nn.Module):
         if self.head.kind == "box":
             # Written out rather than through torch.distributions.Normal: this runs once per env
             # step in every worker, and the distribution object costs more than the maths.
+            # a = mean + std * eps, so (a - mean) / std is eps itself: log N(a) needs no division.
             mean, log_std = self.actor(obs), self.log_std
-            a = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
-            logp = (-0.5 * ((a - mean) / log_std.exp()) ** 2 - log_std - _HALF_LOG_2PI).sum(-1)
+            eps = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
+            a = mean + log_std.exp() * eps
+            logp = -0.5 * (eps * eps).sum(-1) - (log_std.sum() + _HALF_LOG_2PI * mean.shape[-1])
         else:
             # Written out too (Gumbel-max sampling from log-softmax): Categorical validates its
             # arguments and normalises twice, which costs more than the network on small inputs.

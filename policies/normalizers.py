@@ -105,7 +105,8 @@ class ObservationNormalizer:
             return np.asarray(obs, dtype=np.float32)
         if self._std is None:
             self._std = self.current.std()
-        return np.clip((obs - self.current.mean) / self._std, -self.clip, self.clip).astype(np.float32)
+        out = (obs - self.current.mean) / self._std
+        return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32)
 
     def take_delta(self) -> RunningStats:
         """Hand over the unsent statistics; they are then counted in the published ones."""
