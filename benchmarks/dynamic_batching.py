@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
+from throughput import throughput_from_metrics  # noqa: E402
 
 MODES = {"sync": {}, "pipeline": {"pipeline": True}, "soft": {"sync": "soft"}, "async": {"sync": "async"}}
 
@@ -58,8 +59,7 @@ def run(mode: str, step_ms: list[float], batch: int, updates: int, warmup: int, 
         trainer.shutdown()
         ray.shutdown()
     rows = M.read_jsonl(trainer.run_dir / "metrics.jsonl")
-    marks = [(r["step"], r["time"]) for r in rows if r["tag"] == M.PERF_ENV_STEPS_PER_S]
-    (s0, t0), (s1, t1) = marks[warmup - 1], marks[-1]
+    timed = throughput_from_metrics(trainer.run_dir / "metrics.jsonl", warmup)
     share = {}
     for r in rows:
         if r["tag"].startswith(M.PERF_WORKER_SAMPLES + "/"):
@@ -67,7 +67,7 @@ def run(mode: str, step_ms: list[float], batch: int, updates: int, warmup: int, 
             share[w] = share.get(w, 0.0) + r["value"]
     total = sum(share.values())
     lags = [r["value"] for r in rows if r["tag"] == M.PERF_MAX_STALENESS]
-    return {"mode": mode, "steps_per_s": (s1 - s0) / (t1 - t0), "updates": len(marks),
+    return {"mode": mode, "steps_per_s": timed["env_steps_per_s"], "updates": warmup + timed["updates_timed"],
             "worker_share": {w: share[w] / total for w in sorted(share)}, "max_staleness": max(lags)}
 
 

@@ -27,13 +27,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
+from throughput import throughput_from_metrics  # noqa: E402
 
 
 def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int, tmp: Path, cpus: int,
         sync: str = "sync") -> float:
     import ray
 
-    from hdppo.platform import metrics as M
     from hdppo.platform.config import validate
     from hdppo.platform.trainer import Trainer
 
@@ -55,10 +55,8 @@ def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int,
         trainer.shutdown()
         ray.shutdown()
     assert used == workers, f"asked for {workers} workers, Ray placed {used}"
-    marks = [(r["step"], r["time"]) for r in M.read_jsonl(trainer.run_dir / "metrics.jsonl")
-             if r["tag"] == M.PERF_ENV_STEPS_PER_S]
-    (s0, t0), (s1, t1) = marks[0], marks[-1]  # from the end of the warm-up update to the end of the last
-    return (s1 - s0) / (t1 - t0)
+    # From the end of the warm-up update to the end of the last, as throughput.py measures.
+    return throughput_from_metrics(trainer.run_dir / "metrics.jsonl", warmup=1)["env_steps_per_s"]
 
 
 def main(argv: list[str] | None = None) -> int:

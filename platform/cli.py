@@ -28,19 +28,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_dir_config(run_dir: Path, fix: str):
+    """The config a run dir was trained with; a clear error when the folder is not a run dir."""
+    from hdppo.platform.config import load_config
+    from hdppo.platform.errors import CheckpointError
+
+    if not (run_dir / "config.yaml").is_file():
+        raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). {fix}")
+    return load_config(run_dir / "config.yaml")
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
     from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
-    from hdppo.platform.config import load_config
     from hdppo.platform.errors import CheckpointError
     from hdppo.platform.evaluation import evaluate
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). Pass the folder `hdppo train` "
-                              "printed, e.g. runs/default.")
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
@@ -89,15 +95,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    from hdppo.platform.config import load_config
     from hdppo.platform.elastic import request_scale
-    from hdppo.platform.errors import CheckpointError, ConfigError
+    from hdppo.platform.errors import ConfigError
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). Pass the folder of a run that "
-                              "`hdppo train` is training now.")
-    groups = ["+".join(g) for g in load_config(run_dir / "config.yaml").layer_groups()]
+    cfg = _run_dir_config(run_dir, "Pass the folder of a run that `hdppo train` is training now.")
+    groups = ["+".join(g) for g in cfg.layer_groups()]
     if args.group is not None and args.group not in groups:
         raise ConfigError(f"hdppo scale --group: {run_dir} has no group {args.group!r}; its groups are "
                           f"{', '.join(groups)}.")
