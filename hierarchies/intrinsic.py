@@ -30,24 +30,23 @@ def ant_velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
     return float(np.exp(-np.sum((v - target) ** 2)))
 
 
-def ant_heading_speed(command: np.ndarray, info: dict, **_) -> float:
-    """Walk along the commanded planar velocity, shaped like Ant's own reward: a healthy bonus
-    of 1, plus the speed along the command's direction up to the commanded speed, minus half the
-    speed across it. Linear in the velocity (as Ant's forward reward is), so a body standing
-    still is pulled the right way as strongly as one that already walks, where the Gaussian
-    kernel of ``ant_velocity_tracking`` flattens out. A command of (near) zero asks to stand."""
-    v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
+def ant_heading_frame_direction(command: np.ndarray, next_obs: np.ndarray, info: dict, **_) -> float:
+    """Walk the way the command points, the command read in the Ant's heading frame (what
+    ``ant_navigate.egocentric`` shows the walking layer): Ant-v5's own reward with "forward"
+    turned to the command. A healthy bonus of 1, plus the speed along the command's direction
+    (its length is ignored), plus Ant's control cost (``info['reward_ctrl']``, <= 0)."""
+    from hdppo.envs.builtin.ant_navigate import QUAT, to_heading_frame, yaw
+
     c = np.asarray(command, dtype=np.float64)[:2]
-    speed = float(np.linalg.norm(c))
-    if speed < 1e-3:
-        return float(1.0 - 0.5 * np.linalg.norm(v))
-    along = float(v @ c) / speed
-    across = float(np.linalg.norm(v - along * c / speed))
-    return 1.0 + min(along, speed) - 0.5 * across
+    norm = float(np.linalg.norm(c))
+    v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
+    local = to_heading_frame(v, yaw(np.asarray(next_obs)[QUAT]))
+    along = float(local @ c) / norm if norm > 1e-6 else 0.0
+    return 1.0 + along + float(info.get("reward_ctrl", 0.0))
 
 
 NAMED: dict[str, IntrinsicFn] = {"corridor_follow": corridor_follow, "ant_velocity_tracking": ant_velocity_tracking,
-                                 "ant_heading_speed": ant_heading_speed}
+                                 "ant_heading_frame_direction": ant_heading_frame_direction}
 
 
 def resolve(name: str) -> IntrinsicFn:

@@ -389,18 +389,64 @@ def test_parallelizable_aec_env_goes_through_pettingzoos_conversion():
 
 
 def test_ant_intrinsic_rewards():
-    from hdppo.hierarchies.intrinsic import ant_heading_speed, ant_velocity_tracking, resolve
+    from hdppo.hierarchies.intrinsic import ant_heading_frame_direction, ant_velocity_tracking, resolve
 
-    def info(vx, vy):
-        return {"x_velocity": vx, "y_velocity": vy}
+    def info(vx, vy, ctrl=0.0):
+        return {"x_velocity": vx, "y_velocity": vy, "reward_ctrl": ctrl}
 
     assert ant_velocity_tracking(np.array([1.0, 0.0]), info(1.0, 0.0)) == pytest.approx(1.0)
-    assert ant_heading_speed(np.array([1.0, 0.0]), info(1.0, 0.0)) == pytest.approx(2.0)   # on command
-    assert ant_heading_speed(np.array([1.0, 0.0]), info(2.0, 0.0)) == pytest.approx(2.0)   # faster: no more
-    assert ant_heading_speed(np.array([1.0, 0.0]), info(0.0, 0.0)) == pytest.approx(1.0)   # standing: healthy only
-    assert ant_heading_speed(np.array([0.0, 1.0]), info(0.0, -1.0)) == pytest.approx(0.0)  # the wrong way
-    assert ant_heading_speed(np.array([1.0, 0.0]), info(0.0, 1.0)) == pytest.approx(0.5)   # sideways
-    assert ant_heading_speed(np.zeros(2), info(0.0, 0.0)) == pytest.approx(1.0)            # asked to stand
-    # Linear, not flat: halfway to the commanded speed earns half the way up.
-    assert ant_heading_speed(np.array([1.0, 1.0]), info(0.5, 0.5)) == pytest.approx(1.0 + np.sqrt(0.5))
-    assert resolve("ant_heading_speed") is ant_heading_speed
+    facing_north = _ant_obs(yaw=np.pi / 2)
+    reward = lambda command, vx, vy, ctrl=0.0: ant_heading_frame_direction(  # noqa: E731
+        np.array(command), next_obs=facing_north, info=info(vx, vy, ctrl))
+    # The command is read in the heading frame: (1, 0) is "ahead", which for this Ant is north.
+    assert reward([1.0, 0.0], 0.0, 2.0) == pytest.approx(3.0)        # healthy 1 + 2 m/s ahead
+    assert reward([1.0, 0.0], 2.0, 0.0) == pytest.approx(1.0)        # east is its right: nothing
+    assert reward([0.0, 1.0], -2.0, 0.0) == pytest.approx(3.0)       # "left" of a north-facing Ant is west
+    assert reward([0.0, -0.3], -2.0, 0.0) == pytest.approx(-1.0)     # only the direction counts
+    assert reward([1.0, 0.0], 0.0, 0.0, ctrl=-0.25) == pytest.approx(0.75)  # Ant's control cost
+    assert resolve("ant_heading_frame_direction") is ant_heading_frame_direction
+
+
+def _ant_obs(yaw: float, tilt: tuple[float, float] = (0.0, 0.0), velocity=(0.0, 0.0)) -> np.ndarray:
+    """An Ant-v5 observation (27 values) whose torso faces ``yaw`` after a small roll/pitch ``tilt``."""
+    def mul(a, b):
+        w1, x1, y1, z1 = a
+        w2, x2, y2, z2 = b
+        return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                         w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
+    roll, pitch = tilt
+    q = mul(np.array([np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]),
+            mul(np.array([np.cos(pitch / 2), 0, np.sin(pitch / 2), 0]), np.array([np.cos(roll / 2), np.sin(roll / 2), 0, 0])))
+    obs = np.linspace(-1.0, 1.0, 27)  # joints and the rest: arbitrary, must pass through unchanged
+    obs[1:5], obs[13:15] = q, velocity
+    return obs
+
+
+def test_egocentric_view_is_the_same_whichever_way_the_ant_faces():
+    from hdppo.envs.builtin.ant_navigate import egocentric, without_yaw, yaw
+
+    tilt = (0.2, -0.1)
+    base = egocentric({"agent": _ant_obs(0.0, tilt, velocity=(1.5, 0.5))}, ["agent"])
+    for heading in (0.7, np.pi / 2, -2.5):
+        c, s = np.cos(heading), np.sin(heading)
+        # The same Ant and motion turned by `heading` about the vertical axis.
+        turned = _ant_obs(heading, tilt, velocity=(c * 1.5 - s * 0.5, s * 1.5 + c * 0.5))
+        assert yaw(turned[1:5]) == pytest.approx(heading)
+        np.testing.assert_allclose(egocentric({"agent": turned}, ["agent"]), base, atol=1e-6)
+    assert yaw(without_yaw(_ant_obs(2.0, tilt)[1:5])) == pytest.approx(0.0, abs=1e-9)
+    np.testing.assert_allclose(base[13:15], [1.5, 0.5], atol=1e-6)  # facing east: nothing to turn
+    untouched = [i for i in range(27) if i not in range(1, 5) and i not in (13, 14)]
+    np.testing.assert_allclose(base[untouched], _ant_obs(0.0)[untouched], atol=1e-6)
+
+
+def test_ant_navigate_state_gives_the_goal_in_the_heading_frame():
+    from hdppo.envs.builtin.ant_navigate import STATE_DIM, make
+
+    env = make()
+    env.reset(seed=3)
+    env.ant.data.qpos[3:7] = [np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)]  # facing north
+    env.goal = env.ant.data.qpos[:2] + np.array([0.0, 3.0])                   # 3 m north
+    s = env.state()
+    assert s.shape == (STATE_DIM,) and env.observation_space.shape == (27,)
+    np.testing.assert_allclose(s[[0, 1, 2, 5, 6, 7, 8]], [0.0, 3.0, 3.0, 0.0, 1.0, 3.0, 0.0], atol=1e-5)
+    assert make(goal_in_obs=True).observation_space.shape == (27 + STATE_DIM,)

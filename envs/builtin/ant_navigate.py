@@ -9,13 +9,18 @@ relative to the torso, the torso's planar velocity and heading.
 |---|---|
 | observation | Ant-v5's without contact forces, Box(27) (Box(105) with ``contact_forces=True``) |
 | action | Ant-v5's, Box(-1, 1, (8,)) |
-| state() | Box(7): goal dx, dy (world frame), distance, vx, vy, cos and sin of the heading |
+| state() | Box(9): goal dx, dy (world frame), distance, vx, vy, cos and sin of the heading, goal dx, dy in the torso's heading frame |
 | reward | progress toward the goal (previous minus current distance), +10 on arrival |
 | episode | terminates on arrival (distance < ``goal_radius``) or when the Ant is unhealthy; truncated after ``max_steps`` |
 | info | Ant's (``x_velocity``, ``y_velocity``, ...) and ``is_success`` |
 | arguments | ``min_distance=2``, ``max_distance=4``, ``goal_radius=0.5``, ``max_steps=500``, ``goal_in_obs=False``, ``contact_forces=False`` |
 
-``goal_in_obs=True`` appends ``state()`` to the observation (Box(34)), for a flat baseline.
+``goal_in_obs=True`` appends ``state()`` to the observation (Box(36)), for a flat baseline.
+
+``egocentric`` is an observation view (``module:function``) for a walking layer: the Ant's
+observation seen from its own heading (the yaw taken out of the torso's orientation, the planar
+velocity turned into the heading frame). Walking in a direction given in that frame is then the
+same skill whichever way the Ant faces, so what is learned for one heading serves them all.
 Contact forces are left out by default, as Ant-v4 did: the 78 mostly-zero, occasionally huge
 values slow PPO's learning of a gait a lot (on Ant-v5 at 3M steps: ~550 with them, ~4200 without).
 
@@ -28,6 +33,39 @@ import numpy as np
 
 SUCCESS_BONUS = 10.0
 SUCCESS_RETURN = 8.0  # eval returns above this are arrivals (see the table above)
+STATE_DIM = 9
+# Ant-v5's observation without x-y: z, torso quaternion (w, x, y, z), 8 joint angles, then the
+# free joint's linear velocity (world frame), angular velocity (torso frame), 8 joint velocities.
+QUAT, LINVEL = slice(1, 5), slice(13, 15)
+
+
+def yaw(quat: np.ndarray) -> float:
+    """Heading (rotation about the vertical) of a (w, x, y, z) quaternion, Z-Y-X convention."""
+    w, x, y, z = quat
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def to_heading_frame(v: np.ndarray, heading: float) -> np.ndarray:
+    """A planar world-frame vector as seen from a body facing ``heading``."""
+    c, s = np.cos(heading), np.sin(heading)
+    return np.array([c * v[0] + s * v[1], -s * v[0] + c * v[1]])
+
+
+def without_yaw(quat: np.ndarray) -> np.ndarray:
+    """The torso's tilt alone: the quaternion rotated back about z by its own heading."""
+    half = -0.5 * yaw(quat)
+    cw, sz = np.cos(half), np.sin(half)  # q_z(-yaw) = (cw, 0, 0, sz)
+    w, x, y, z = quat
+    return np.array([cw * w - sz * z, cw * x - sz * y, cw * y + sz * x, cw * z + sz * w])
+
+
+def egocentric(env_obs: dict, members: list, env=None) -> np.ndarray:
+    """Observation view for a walking layer (see the module docstring)."""
+    obs = np.array(env_obs[members[0]], np.float64)[:27]
+    heading = yaw(obs[QUAT])
+    obs[LINVEL] = to_heading_frame(obs[LINVEL], heading)
+    obs[QUAT] = without_yaw(obs[QUAT])
+    return obs.astype(np.float32)
 
 
 class AntNavigate(gym.Env):
@@ -39,7 +77,7 @@ class AntNavigate(gym.Env):
         self.goal_in_obs = goal_in_obs
         inner = self.ant.observation_space
         self.observation_space = inner if not goal_in_obs else gym.spaces.Box(
-            -np.inf, np.inf, (inner.shape[0] + 7,), np.float64)
+            -np.inf, np.inf, (inner.shape[0] + STATE_DIM,), np.float64)
         self.action_space = self.ant.action_space
         self.min_distance, self.max_distance = min_distance, max_distance
         self.goal_radius, self.max_steps = goal_radius, max_steps
@@ -50,10 +88,11 @@ class AntNavigate(gym.Env):
 
     def state(self) -> np.ndarray:
         d = self.goal - self._xy()
-        w, x, y, z = self.ant.data.qpos[3:7]
-        heading = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+        heading = yaw(self.ant.data.qpos[3:7])
         v = self.ant.data.qvel[:2]
-        return np.array([d[0], d[1], np.linalg.norm(d), v[0], v[1], np.cos(heading), np.sin(heading)], np.float32)
+        local = to_heading_frame(d, heading)
+        return np.array([d[0], d[1], np.linalg.norm(d), v[0], v[1], np.cos(heading), np.sin(heading),
+                         local[0], local[1]], np.float32)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
