@@ -21,9 +21,10 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
                     value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight)
 
 
-def gradients(policy: ActorCritic, loss: torch.Tensor) -> list[torch.Tensor]:
-    """d loss / d parameters, one tensor per parameter (zeros where a parameter is unused)."""
-    params = list(policy.parameters())
+def gradients(policy: ActorCritic, loss: torch.Tensor, params: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """d loss / d parameters, one tensor per parameter (zeros where a parameter is unused).
+    ``params``: ``list(policy.parameters())`` if the caller keeps it (saves walking the modules)."""
+    params = list(policy.parameters()) if params is None else params
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, grads)]
 
