@@ -82,42 +82,101 @@ def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return mean, ((x - mean) ** 2).mean(axis=0), float(x.shape[0])
 
 
+class MomentSums:
+    """Samples added cheaply, as shifted sums, until they are folded into a :class:`RunningStats`.
+
+    The shift (the first batch's mean) keeps ``sum((x - K)^2) / n - mean^2`` accurate in float64
+    even for a feature with a large mean and a small spread. Adding a batch is two reductions and
+    two in-place adds, a fraction of a Chan merge; the normalizers add every env step and fold
+    now and then (see :func:`stale`)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+        self.shift: np.ndarray | None = None
+        self.sum = np.zeros(shape, np.float64)
+        self.sumsq = np.zeros(shape, np.float64)
+        self.count = 0
+
+    def add(self, x: np.ndarray) -> None:
+        """Add a batch ``[B, *shape]``."""
+        if self.shift is None:
+            self.shift = x.mean(axis=0, dtype=np.float64)
+        d = x - self.shift
+        self.sum += d.sum(axis=0)
+        self.sumsq += (d * d).sum(axis=0)
+        self.count += x.shape[0]
+
+    def take(self) -> RunningStats:
+        """The moments of everything added since the last take; then empty."""
+        out = RunningStats(self.shape)
+        if self.count:
+            m = self.sum / self.count
+            out.mean = self.shift + m  # type: ignore[operator]
+            out.var = np.maximum(self.sumsq / self.count - m * m, 0.0)
+            out.count = float(self.count)
+        self.shift, self.count = None, 0
+        self.sum = np.zeros(self.shape, np.float64)
+        self.sumsq = np.zeros(self.shape, np.float64)
+        return out
+
+
+def stale(pending: int, folded: float) -> bool:
+    """Whether ``pending`` unfolded samples could move statistics of ``folded`` samples enough
+    to matter: by more than 1/256 of their weight. Early on that is every batch; after a
+    million samples, every few thousand, so that the per-step cost of keeping a normalizer
+    current does not grow with the run."""
+    return pending > 0 and pending * 256 >= folded
+
+
 class ObservationNormalizer:
-    """Normalises with (published pool statistics + this worker's unsent delta), clipped."""
+    """Normalises with (published pool statistics + this worker's unsent delta), clipped.
+
+    ``observe`` adds samples as :class:`MomentSums`; the mean and std used to normalise are
+    recomputed when the unfolded samples become :func:`stale`. The delta handed to the learner
+    is exact: every observed sample, once."""
 
     def __init__(self, shape: tuple[int, ...], clip: float = 10.0, enabled: bool = True):
         self.enabled = enabled
         self.clip = clip
         self.published = RunningStats(shape)
-        self.delta = RunningStats(shape)
-        self.current = RunningStats(shape)  # published merged with delta, kept up to date
+        self.delta = RunningStats(shape)   # folded part of the unsent statistics
+        self._pending = MomentSums(shape)  # the rest, not folded yet
+        self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
 
     def observe(self, obs: np.ndarray) -> None:
         if self.enabled:
-            moments = batch_moments(np.asarray(obs, dtype=np.float64).reshape((-1,) + self.delta.shape))
-            self.delta.merge_moments(*moments)
-            self.current.merge_moments(*moments)
-            self._std = None
+            self._pending.add(np.asarray(obs).reshape((-1,) + self.delta.shape))
+
+    def _fold(self) -> None:
+        if self._pending.count:
+            self.delta.merge(self._pending.take())
+
+    @property
+    def current(self) -> RunningStats:
+        """Published statistics merged with everything observed since."""
+        self._fold()
+        return self.published.merged(self.delta)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return np.asarray(obs, dtype=np.float32)
-        if self._std is None:
-            self._std = self.current.std()
-        out = (obs - self.current.mean) / self._std
+        if self._std is None or stale(self._pending.count, self.published.count + self.delta.count):
+            cur = self.current
+            self._mean, self._std = cur.mean, cur.std()
+        out = (obs - self._mean) / self._std
         return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32)
 
     def take_delta(self) -> RunningStats:
         """Hand over the unsent statistics; they are then counted in the published ones."""
+        self._fold()
         out = self.delta
-        self.published = self.current.copy()
+        self.published = self.published.merged(out)
         self.delta = RunningStats(out.shape)
         return out
 
     def set_published(self, stats: RunningStats) -> None:
         self.published = stats.copy()
-        self.current = self.published.merged(self.delta)
         self._std = None
 
 
@@ -126,7 +185,9 @@ class RewardScaler:
     ("Implementation Matters", arXiv:2005.12729) and Gymnasium's NormalizeReward.
 
     One per worker (and layer). ``returns[slot]`` is the running discounted return of one env
-    copy, or of one agent lane of a hierarchy layer; slots are allocated as they appear.
+    copy, or of one agent lane of a hierarchy layer; slots are allocated as they appear. The
+    returns' statistics are kept like :class:`ObservationNormalizer`'s: added cheaply every step,
+    folded in when :func:`stale`.
     """
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, enabled: bool = True):
@@ -134,29 +195,61 @@ class RewardScaler:
         self.gamma = gamma
         self.clip = clip
         self.returns = np.zeros(num_envs, dtype=np.float64)
-        self.stats = RunningStats(())
-        self.delta = RunningStats(())  # for scope "global": the part not yet merged
+        self._stats = RunningStats(())
+        self.delta = RunningStats(())  # for scope "global": the part not yet handed over
+        self._pending = MomentSums((1,))
+        self._std: float | None = None
+
+    @property
+    def stats(self) -> RunningStats:
+        """Statistics of every return seen (folded first)."""
+        self._fold()
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: RunningStats) -> None:
+        self._fold()  # what is pending still goes into the delta; the statistics are replaced
+        self._stats, self._std = value, None
+
+    def _fold(self) -> None:
+        if self._pending.count:
+            new = self._pending.take()
+            new = RunningStats((), new.mean.reshape(()), new.var.reshape(()), new.count)
+            self._stats.merge(new)
+            self.delta.merge(new)
 
     def __call__(self, rewards: np.ndarray, episode_end: np.ndarray) -> np.ndarray:
-        return self.scale(np.arange(len(rewards)), rewards, episode_end)
+        return self.scale(None, rewards, episode_end)
 
-    def scale(self, slots: np.ndarray, rewards: np.ndarray, episode_end: np.ndarray,
+    def scale(self, slots: np.ndarray | None, rewards: np.ndarray, episode_end: np.ndarray,
               gamma: np.ndarray | float | None = None) -> np.ndarray:
-        """Scale ``rewards`` of ``slots``; ``gamma`` per reward (an upper layer's gamma**steps)."""
+        """Scale ``rewards`` of ``slots`` (None: slot i for reward i); ``gamma`` per reward (an
+        upper layer's gamma**steps)."""
         if not self.enabled:
             return np.asarray(rewards, dtype=np.float32)
-        if len(slots) and slots.max() >= len(self.returns):
-            self.returns = np.concatenate([self.returns, np.zeros(slots.max() + 1 - len(self.returns))])
         g = self.gamma if gamma is None else gamma
-        self.returns[slots] = self.returns[slots] * g + rewards
-        moments = batch_moments(self.returns[slots])
-        self.stats.merge_moments(*moments)
-        self.delta.merge_moments(*moments)
-        self.returns[slots[np.asarray(episode_end, bool)]] = 0.0
-        scaled = np.asarray(rewards) / self.stats.std()
+        if slots is None:  # every env copy in order: slices, not fancy indexing
+            n = len(rewards)
+            if n > len(self.returns):
+                self.returns = np.concatenate([self.returns, np.zeros(n - len(self.returns))])
+            ret = self.returns[:n]
+            ret *= g
+            ret += rewards
+            self._pending.add(ret.reshape(-1, 1))
+            ret[np.asarray(episode_end, bool)] = 0.0
+        else:
+            if len(slots) and slots.max() >= len(self.returns):
+                self.returns = np.concatenate([self.returns, np.zeros(slots.max() + 1 - len(self.returns))])
+            self.returns[slots] = self.returns[slots] * g + rewards
+            self._pending.add(self.returns[slots].reshape(-1, 1))
+            self.returns[slots[np.asarray(episode_end, bool)]] = 0.0
+        if self._std is None or stale(self._pending.count, self._stats.count):
+            self._std = float(self.stats.std())
+        scaled = np.asarray(rewards) / self._std
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
 
     def take_delta(self) -> RunningStats:
+        self._fold()
         out, self.delta = self.delta, RunningStats(())
         return out
 
