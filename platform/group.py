@@ -155,6 +155,20 @@ class DPPOGroup:
         used, self._arrived = self._arrived[:take], self._arrived[take:]
         return [ref for _, _, ref in used], [(i, gen) for i, gen, _ in used]
 
+    def _pipeline(self, pending: list[Any]) -> list[Any]:
+        """Wait for ``pending``; as each worker's rollout arrives, start its next one. The next
+        batch is collected while the learners update on this one, and a worker that finishes
+        first does not sit idle until the slowest one is done (its next rollout acts with the
+        same weights either way: the update on this batch has not happened yet)."""
+        b = self.backend
+        nxt: list[Any] = [None] * len(pending)
+        waiting = list(range(len(pending)))
+        while waiting:
+            for j in sorted(b.ready([pending[i] for i in waiting]), reverse=True):
+                i = waiting.pop(j)
+                nxt[i] = b.call(self.workers[i], "sample")
+        return nxt
+
     def iteration(self) -> dict[str, dict[str, float]]:
         """One update of every layer of the group; metrics per layer."""
         t0 = time.perf_counter()
@@ -173,11 +187,11 @@ class DPPOGroup:
         elif self.first.dppo.mode == "central":
             pending = self._next or [b.call(w, "sample") for w in self.workers]
             sources = [(i, self.generation[i]) for i in range(len(pending))]
-            b.wait_all(pending)
-            sample_s = time.perf_counter() - t0
             if self.first.dppo.pipeline:
-                # The next batch is collected while the learners update on this one.
-                self._next = [b.call(w, "sample") for w in self.workers]
+                self._next = self._pipeline(pending)
+            else:
+                b.wait_all(pending)
+            sample_s = time.perf_counter() - t0
             out = self._update_with_failover(pending, sources)
             assert out is not None  # a sync group raises when every rollout failed
             out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)

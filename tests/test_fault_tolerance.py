@@ -35,7 +35,9 @@ def test_env_that_raises_is_replaced_and_training_goes_on(tmp_path, backend, req
     assert summary["env_steps"] == steps[-1] >= 2560
 
 
-def test_killed_worker_is_replaced(ray_session, tmp_path):
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_killed_worker_is_replaced(ray_session, tmp_path, pipeline):
+    """Pipelined, the killed worker already holds its next rollout call: that one fails too."""
     import ray
 
     killed = []
@@ -45,13 +47,17 @@ def test_killed_worker_is_replaced(ray_session, tmp_path):
             killed.append(trainer.groups[0].workers[0])
             ray.kill(trainer.groups[0].workers[0])
 
-    trainer = Trainer(_cfg(tmp_path, "ray"), tmp_path / "run", quiet=True, hooks=[kill_once])
+    cfg = _cfg(tmp_path, "ray")
+    cfg.layers[0].dppo.pipeline = pipeline
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True, hooks=[kill_once])
     try:
         summary = trainer.train()
         assert trainer.groups[0].replaced == 1 and trainer.groups[0].workers[0] is not killed[0]
     finally:
         trainer.shutdown()
-    assert summary["env_steps"] >= 2560
+    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    samples = sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES)
+    assert samples == summary["env_steps"] >= 2560
 
 
 @pytest.mark.parametrize("sync", ["soft", "async"])
