@@ -10,7 +10,8 @@ Usage:
     python benchmarks/navigation.py --hierarchy runs/ant_navigate --flat runs/ant_navigate_flat \
         [--episodes 100] [--target 0.8]
 
-Writes benchmarks/results/navigation.{json,md,png}.
+Writes benchmarks/results/navigation.{json,md,png}. Anything in an existing navigation.md from
+the line ``<!-- history -->`` on (earlier presets and attempts) is kept below the new table.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from learning import evaluate_run, smooth  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 RETURN_TAG = "charts/episodic_return"
+HISTORY_MARK = "<!-- history -->"
 
 
 def total_steps_curve(run_dir: Path) -> list[tuple[int, float]]:
@@ -121,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
           f"| flat PPO (`{f['config']}`) | {f['env_steps']:,} | {f['wall_s']:,} | {100 * f['success_rate']:.0f}% | {f['return_mean']:.2f} |\n\n"
           f"Target: hierarchy success >= {100 * args.target:.0f}% within 10M env steps: **{met}** at "
           f"{h['env_steps']:,} env steps.\n\n![curves](navigation.png)\n")
-    (args.results / "navigation.md").write_text(md)
+    out = args.results / "navigation.md"
+    old = out.read_text() if out.is_file() else ""
+    history = old[old.index(HISTORY_MARK):] if HISTORY_MARK in old else ""
+    out.write_text(md + ("\n" + history if history else ""))
     print(md)
     return 0
 
