@@ -261,17 +261,29 @@ def test_corridor_preset_loads():
     assert load_config(ROOT / "configs" / "corridor_hierarchy.yaml").hierarchical
 
 
-def test_ant_navigate_env_passes_the_checker_and_runs_two_layers(tmp_path):
+def test_ant_navigate_env_passes_the_checker_and_trains_in_two_stages(tmp_path):
+    """configs/ant_navigate_walk.yaml trains the walk skill under a frozen random navigator;
+    configs/ant_navigate.yaml loads that skill frozen and trains the navigator."""
     from gymnasium.utils.env_checker import check_env
 
     from hdppo.envs.builtin.ant_navigate import make
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
 
     check_env(make(), skip_render_check=True)
+    small = ["ray.backend=local", "train.total_env_steps=3000", "train.eval_episodes=1"]
+    walk_cfg = load_config(ROOT / "configs" / "ant_navigate_walk.yaml", small + ["layers.walk.dppo.train_batch_size=512"])
+    assert walk_cfg.layer_groups() == [["walk"]]
+    Trainer(walk_cfg, tmp_path / "walk", quiet=True).train()
     cfg = load_config(ROOT / "configs" / "ant_navigate.yaml",
-                      ["ray.backend=local", "train.total_env_steps=3000", "train.eval_episodes=1",
-                       "layers.navigate.dppo.train_batch_size=64", "layers.walk.dppo.train_batch_size=512"])
-    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+                      small + ["layers.navigate.dppo.train_batch_size=64", f"layers.walk.schedule.checkpoint={tmp_path / 'walk'}"])
+    assert cfg.layer_groups() == [["navigate"]]
+    summary = Trainer(cfg, tmp_path / "nav", quiet=True).train()
     assert summary["env_steps"] >= 3000 and np.isfinite(summary["eval_return_mean"])
+    skill = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "walk")))["walk"]
+    used = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "nav")))
+    assert skill["updates"] > 0 and used["navigate"]["updates"] > 0
+    for k, v in skill["policy"].items():  # the stage-1 skill, loaded and left untouched
+        assert torch.equal(used["walk"]["policy"][k], v)
 
 
 def test_rllib_multi_agent_env_plugs_in():
