@@ -121,8 +121,8 @@ class MomentSums:
 
 
 def stale(pending: int, folded: float) -> bool:
-    """Whether ``pending`` unfolded samples could move statistics of ``folded`` samples enough
-    to matter: by more than 1/256 of their weight. Early on that is every batch; after a
+    """Whether ``pending`` samples not yet used could move statistics of ``folded`` samples
+    enough to matter: by more than 1/256 of their weight. Early on that is every batch; after a
     million samples, every few thousand, so that the per-step cost of keeping a normalizer
     current does not grow with the run."""
     return pending > 0 and pending * 256 >= folded
@@ -132,7 +132,7 @@ class ObservationNormalizer:
     """Normalises with (published pool statistics + this worker's unsent delta), clipped.
 
     ``observe`` adds samples as :class:`MomentSums`; the mean and std used to normalise are
-    recomputed when the unfolded samples become :func:`stale`. The delta handed to the learner
+    recomputed when the samples observed since they were last computed become :func:`stale`. The delta handed to the learner
     is exact: every observed sample, once."""
 
     def __init__(self, shape: tuple[int, ...], clip: float = 10.0, enabled: bool = True):
@@ -143,10 +143,13 @@ class ObservationNormalizer:
         self._pending = MomentSums(shape)  # the rest, not folded yet
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
+        self._unused = 0  # samples observed since the mean and std were last computed
 
     def observe(self, obs: np.ndarray) -> None:
         if self.enabled:
-            self._pending.add(np.asarray(obs).reshape((-1,) + self.delta.shape))
+            x = np.asarray(obs).reshape((-1,) + self.delta.shape)
+            self._pending.add(x)
+            self._unused += x.shape[0]
 
     def _fold(self) -> None:
         if self._pending.count:
@@ -161,9 +164,9 @@ class ObservationNormalizer:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return np.asarray(obs, dtype=np.float32)
-        if self._std is None or stale(self._pending.count, self.published.count + self.delta.count):
+        if self._std is None or stale(self._unused, self.published.count + self.delta.count):
             cur = self.current
-            self._mean, self._std = cur.mean, cur.std()
+            self._mean, self._std, self._unused = cur.mean, cur.std(), 0
         out = (obs - self._mean) / self._std
         return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32)
 
@@ -199,6 +202,7 @@ class RewardScaler:
         self.delta = RunningStats(())  # for scope "global": the part not yet handed over
         self._pending = MomentSums((1,))
         self._std: float | None = None
+        self._unused = 0  # returns seen since the std was last computed
 
     @property
     def stats(self) -> RunningStats:
@@ -236,15 +240,17 @@ class RewardScaler:
             ret *= g
             ret += rewards
             self._pending.add(ret.reshape(-1, 1))
+            self._unused += n
             ret[np.asarray(episode_end, bool)] = 0.0
         else:
             if len(slots) and slots.max() >= len(self.returns):
                 self.returns = np.concatenate([self.returns, np.zeros(slots.max() + 1 - len(self.returns))])
             self.returns[slots] = self.returns[slots] * g + rewards
             self._pending.add(self.returns[slots].reshape(-1, 1))
+            self._unused += len(slots)
             self.returns[slots[np.asarray(episode_end, bool)]] = 0.0
-        if self._std is None or stale(self._pending.count, self._stats.count):
-            self._std = float(self.stats.std())
+        if self._std is None or stale(self._unused, self._stats.count):
+            self._std, self._unused = float(self.stats.std()), 0
         scaled = np.asarray(rewards) / self._std
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
 

@@ -68,3 +68,32 @@ def test_linear_schedule():
     assert linear(0.01, 0.001, 0.5) == pytest.approx(0.0055)
     assert linear(0.01, 0.001, 1.0) == pytest.approx(0.001)
     assert linear(0.01, 0.001, 7.0) == pytest.approx(0.001)
+
+
+def test_moment_sums_are_exact_even_for_a_large_mean_and_a_small_spread():
+    from hdppo.policies.normalizers import MomentSums
+
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(1e4, 1e-2, (4, 3)) for _ in range(500)]
+    sums = MomentSums((3,))
+    for b in batches:
+        sums.add(b)
+    stats, full = sums.take(), np.concatenate(batches)
+    np.testing.assert_allclose(stats.mean, full.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats.var, full.var(0), rtol=1e-6)
+    assert stats.count == 2000 and sums.take().count == 0  # taken once
+
+
+def test_normalizer_refreshes_when_pending_samples_could_move_it():
+    from hdppo.policies.normalizers import stale
+
+    assert stale(1, 0) and stale(4, 1024) and not stale(3, 1024) and not stale(0, 0)
+    norm = ObservationNormalizer((1,))
+    norm.set_published(RunningStats((1,), np.array([0.0]), np.array([1.0]), 1e6))
+    norm(np.array([[1.0]]))
+    norm.observe(np.full((100, 1), 50.0))   # 100 samples: under 1/256 of a million
+    assert norm(np.array([[1.0]]))[0, 0] == pytest.approx(1.0)   # not refreshed yet
+    norm.observe(np.full((4000, 1), 50.0))  # now past it
+    expected = (1.0 - norm.current.mean[0]) / norm.current.std()[0]
+    assert norm(np.array([[1.0]]))[0, 0] == pytest.approx(expected, rel=1e-6) != pytest.approx(1.0)
+    assert norm.take_delta().count == 4100  # every observed sample, once
