@@ -40,7 +40,7 @@ class RunningStats:
         self.merge_moments(other.mean, other.var, other.count)
 
     def merge_moments(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
-        """:meth:`merge` from bare moments: called every env step, so no object is built."""
+        """:meth:`merge` from bare moments, without building an object."""
         if count == 0:
             return
         if self.count == 0:
@@ -132,8 +132,8 @@ class ObservationNormalizer:
     """Normalises with (published pool statistics + this worker's unsent delta), clipped.
 
     ``observe`` adds samples as :class:`MomentSums`; the mean and std used to normalise are
-    recomputed when the samples observed since they were last computed become :func:`stale`. The delta handed to the learner
-    is exact: every observed sample, once."""
+    recomputed when the samples observed since they were last computed become :func:`stale`.
+    The delta handed to the learner is exact: every observed sample, once."""
 
     def __init__(self, shape: tuple[int, ...], clip: float = 10.0, enabled: bool = True):
         self.enabled = enabled
