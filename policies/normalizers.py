@@ -200,7 +200,7 @@ class RewardScaler:
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self._stats = RunningStats(())
         self.delta = RunningStats(())  # for scope "global": the part not yet handed over
-        self._pending = MomentSums((1,))
+        self._pending = MomentSums(())
         self._std: float | None = None
         self._unused = 0  # returns seen since the std was last computed
 
@@ -218,7 +218,6 @@ class RewardScaler:
     def _fold(self) -> None:
         if self._pending.count:
             new = self._pending.take()
-            new = RunningStats((), new.mean.reshape(()), new.var.reshape(()), new.count)
             self._stats.merge(new)
             self.delta.merge(new)
 
@@ -232,23 +231,14 @@ class RewardScaler:
         if not self.enabled:
             return np.asarray(rewards, dtype=np.float32)
         g = self.gamma if gamma is None else gamma
-        if slots is None:  # every env copy in order: slices, not fancy indexing
-            n = len(rewards)
-            if n > len(self.returns):
-                self.returns = np.concatenate([self.returns, np.zeros(n - len(self.returns))])
-            ret = self.returns[:n]
-            ret *= g
-            ret += rewards
-            self._pending.add(ret.reshape(-1, 1))
-            self._unused += n
-            ret[np.asarray(episode_end, bool)] = 0.0
-        else:
-            if len(slots) and slots.max() >= len(self.returns):
-                self.returns = np.concatenate([self.returns, np.zeros(slots.max() + 1 - len(self.returns))])
-            self.returns[slots] = self.returns[slots] * g + rewards
-            self._pending.add(self.returns[slots].reshape(-1, 1))
-            self._unused += len(slots)
-            self.returns[slots[np.asarray(episode_end, bool)]] = 0.0
+        need = len(rewards) if slots is None else (int(slots.max()) + 1 if len(slots) else 0)
+        if need > len(self.returns):
+            self.returns = np.concatenate([self.returns, np.zeros(need - len(self.returns))])
+        idx = slice(0, len(rewards)) if slots is None else slots  # a slice: no fancy indexing
+        ret = self.returns[idx] * g + rewards
+        self._pending.add(ret)
+        self._unused += len(ret)
+        self.returns[idx] = np.where(np.asarray(episode_end, bool), 0.0, ret)
         if self._std is None or stale(self._unused, self._stats.count):
             self._std, self._unused = float(self.stats.std()), 0
         scaled = np.asarray(rewards) / self._std
