@@ -11,7 +11,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from hdppo.platform.errors import EnvError
+from hdppo.envs.errors import EnvError
 
 SINGLE_AGENT = "agent_0"
 

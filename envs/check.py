@@ -3,31 +3,31 @@ through hdppo's own adapter, reporting exactly what is wrong."""
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.adapters import adapt
+from hdppo.envs.adapters import adapt, make_multi_agent
 from hdppo.envs.env_pool import EnvPool
+from hdppo.envs.errors import EnvError
 from hdppo.envs.loading import make_gym_env, resolve_entry_point
-from hdppo.platform.errors import EnvError
 
 
-def _make(target: str) -> tuple[Any, str, str, dict]:
-    """(a fresh env, its type, its name, how to make another) for an id, 'module:factory' or config."""
-    if target.endswith((".yaml", ".yml")) and Path(target).exists():
-        from hdppo.envs.adapters import make_multi_agent
-        from hdppo.platform.config import load_config
-
-        e = load_config(target).env
+def _make(target: Any) -> tuple[Any, str, str, dict]:
+    """(a fresh env, its type, its name, how to make another) for an id, 'module:factory' or an
+    env section (see :func:`check_target`)."""
+    if not isinstance(target, str):
+        e = target
         spec = {"env_type": e.type, "env_id": e.id, "entry_point": e.entry_point, "kwargs": e.kwargs,
                 "max_episode_steps": e.max_episode_steps}
         if e.type == "gymnasium":
             return make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps), "gymnasium", e.id or e.entry_point, spec  # type: ignore[return-value]
         adapter = make_multi_agent(**spec)
         return adapter.env, e.type, adapter.name, spec
+    if target.endswith((".yaml", ".yml")):
+        raise EnvError(f"{target!r} is a config file: load it first and pass its env section "
+                       "(hdppo check-env does this), or give an env id or 'module:factory'.")
     if ":" in target:
         env = resolve_entry_point(target)()
     else:
@@ -36,8 +36,11 @@ def _make(target: str) -> tuple[Any, str, str, dict]:
     return env, kind, target, {}
 
 
-def check_target(target: str, steps: int = 200) -> str:
-    """Returns a report; raises :class:`EnvError` naming what is wrong."""
+def check_target(target: Any, steps: int = 200) -> str:
+    """Check an env given as an id, a ``module:factory``, or an env section of a config (any
+    object with ``type``, ``id``, ``entry_point``, ``kwargs``, ``max_episode_steps``, such as
+    :class:`hdppo.platform.config.EnvConfig`; the CLI loads a config file into one, so that env
+    code needs no config loader). Returns a report; raises :class:`EnvError` naming what is wrong."""
     env, kind, name, _ = _make(target)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

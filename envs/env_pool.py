@@ -14,7 +14,7 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from hdppo.platform.errors import EnvError
+from hdppo.envs.errors import EnvError
 
 # How many steps after construction every observation is also checked against the space.
 # NaN/inf is checked on every step (one isfinite per observation); ``space.contains`` is slower, so only at the start.

@@ -63,7 +63,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_check_env(args: argparse.Namespace) -> int:
     from hdppo.envs.check import check_target
 
-    report = check_target(args.target, steps=args.steps)
+    target = args.target
+    if target.endswith((".yaml", ".yml")) and Path(target).exists():
+        from hdppo.platform.config import load_config
+
+        target = load_config(target).env  # envs/ reads no config files: it gets the env section
+    report = check_target(target, steps=args.steps)
     print(report)
     return 0
 

@@ -1,19 +1,13 @@
-"""Errors a user can act on. The CLI prints their message as one paragraph and exits non-zero."""
+"""Errors a user can act on. The CLI prints their message as one paragraph and exits non-zero.
+
+The base classes live in :mod:`hdppo.envs.errors` (env code must not import the runtime); they
+are the same classes here.
+"""
 from __future__ import annotations
 
+from hdppo.envs.errors import ConfigError, EnvError, HdppoError
 
-class HdppoError(Exception):
-    """Base class: the message names the file, field or env and says what would fix it."""
-
-    exit_code = 2
-
-
-class ConfigError(HdppoError):
-    """A config file or override that is missing, malformed or invalid."""
-
-
-class EnvError(HdppoError):
-    """An env that cannot be made, or whose outputs do not match its spaces."""
+__all__ = ["HdppoError", "ConfigError", "EnvError", "RayStartError", "CheckpointError"]
 
 
 class RayStartError(HdppoError):

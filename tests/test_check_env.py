@@ -8,7 +8,16 @@ from hdppo.platform.errors import EnvError
 def test_check_env_passes_builtin_and_config():
     assert "OK" in check_target("CartPole-v1", steps=50)
     assert "Pendulum-v1" in check_target("Pendulum-v1", steps=50)
-    assert "OK" in check_target(str(ROOT / "configs" / "default.yaml"), steps=20)
+    from hdppo.platform.config import load_config
+
+    assert "OK" in check_target(load_config(ROOT / "configs" / "default.yaml").env, steps=20)
+
+
+def test_check_env_cli_loads_a_config_file(capsys):
+    from hdppo.platform.cli import main
+
+    assert main(["check-env", str(ROOT / "configs" / "default.yaml"), "--steps", "20"]) == 0
+    assert "OK" in capsys.readouterr().out
 
 
 def test_check_env_names_what_is_broken():
