@@ -202,13 +202,20 @@ class ActionSpec(_Strict):
 
 
 class RewardSpec(_Strict):
-    """reward = env * (env reward of its agents, summed over the period) + intrinsic * intrinsic_fn."""
+    """reward = env * (env reward of its agents, summed over the period) + intrinsic * intrinsic_fn.
+
+    Any layer may have an intrinsic reward for following the command of the layer above (see
+    hdppo.envs.rewards for what the function receives on the bottom layer and on an upper one)."""
 
     env: float = Field(1.0, description="Weight of the env reward.")
     intrinsic: float = Field(0.0, description="Weight of the intrinsic reward.")
     intrinsic_fn: Optional[str] = Field(
-        None, description="A named intrinsic reward (see hdppo.hierarchies.intrinsic) or 'module:function', "
-        "called as fn(command=, obs=, next_obs=, action=, info=) each env step.")
+        None, description="A command-following reward registered by an env module (corridor_follow, "
+        "ant_velocity_tracking, ant_heading_frame_direction; see hdppo.envs.rewards) or 'package.module:function', "
+        "called as fn(command=, obs=, next_obs=, action=, info=) each env step for each of the layer's lanes "
+        "(agents or squads): command from the layer above; the lane's raw env observation before and after; "
+        "its action (an upper layer's: its command to the layer below); its info (an upper layer's: a dict of "
+        "its member agents' infos by agent name). Allowed on any layer.")
     discount: Literal["smdp", "decision"] = Field(
         "smdp", description="'smdp': sum of gamma^k r_k over the period and gamma^period between decisions "
         "(the exact return). 'decision': plain sum over the period and gamma per decision.")
@@ -217,6 +224,12 @@ class RewardSpec(_Strict):
     def _fn(self) -> "RewardSpec":
         if self.intrinsic != 0.0 and not self.intrinsic_fn:
             raise ValueError("an intrinsic weight needs intrinsic_fn (a name or 'module:function')")
+        if self.intrinsic_fn:
+            from hdppo.envs.rewards import is_known_reward, registered_rewards
+
+            if not is_known_reward(self.intrinsic_fn):
+                raise ValueError(f"intrinsic_fn {self.intrinsic_fn!r} is not a registered reward; registered: "
+                                 f"{', '.join(registered_rewards())} (or 'package.module:function' for your own)")
         return self
 
 
@@ -240,15 +253,42 @@ class ScheduleSpec(_Strict):
 
 
 class ExplorationSpec(_Strict):
-    type: Literal["none", "count", "rnd"] = Field(
-        "none", description="Exploration bonus added to the reward: 'count' (SimHash counts per worker) or "
-        "'rnd' (random network distillation; the layer's learner trains the predictor; mode central).")
+    """An exploration bonus added to the layer's reward (see hdppo.policies.bonuses)."""
+
+    type: str = Field(
+        "none", description="'none'; a registered bonus: 'count' (SimHash counts per worker) or 'rnd' (random "
+        "network distillation; the layer's learner trains the predictor; mode central); or your own "
+        "'package.module:Class' (a subclass of hdppo.policies.bonuses.Bonus).",
+        json_schema_extra={"examples": ["none", "count", "rnd", "my_pkg.bonuses:Novelty"]})
     coeff: float = Field(0.01, ge=0.0, description="Bonus coefficient at the start.")
     coeff_final: float = Field(0.0, ge=0.0, description="Bonus coefficient at the end (linear decay).")
     hash_bits: int = Field(16, ge=4, le=64, description="count: SimHash bits per state.")
     rnd_hidden: list[int] = Field(default_factory=lambda: [64, 64], description="rnd: hidden sizes of target and predictor.")
     rnd_out: int = Field(32, ge=1, description="rnd: embedding size.")
     rnd_lr: float = Field(1e-4, gt=0.0, description="rnd: predictor learning rate.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Settings of a plug-in bonus (it reads spec.params).")
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value == "none":
+            return value
+        from hdppo.policies.bonuses import bonus_class
+
+        try:
+            bonus_class(value)  # a 'module:Class' is imported here, so a wrong path fails now, not on a worker
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def learned(self) -> bool:
+        """True if the bonus has a learner side, which needs the samples on the learner."""
+        if self.type == "none":
+            return False
+        from hdppo.policies.bonuses import bonus_class
+
+        return bonus_class(self.type).learned
 
 
 class LayerConfig(_Strict):
@@ -280,9 +320,9 @@ class LayerConfig(_Strict):
         if self.dppo.streaming and self.dppo.mode != "central":
             raise ValueError(f"dppo.sync {self.dppo.sync!r} needs dppo.mode 'central': mode 'dppo' takes every "
                              "worker's gradient on one weights version each step, which is a barrier; use sync 'sync'")
-        if self.exploration.type == "rnd" and self.dppo.mode == "dppo":
-            raise ValueError("exploration.type 'rnd' needs dppo.mode 'central': the learner trains the RND "
-                             "predictor on the samples, which mode 'dppo' keeps on the workers")
+        if self.exploration.learned and self.dppo.mode == "dppo":
+            raise ValueError(f"exploration.type {self.exploration.type!r} needs dppo.mode 'central': the learner "
+                             "trains the bonus on the samples, which mode 'dppo' keeps on the workers")
         if self.ppo.minibatch_size > self.dppo.train_batch_size:
             raise ValueError(f"ppo.minibatch_size ({self.ppo.minibatch_size}) must be <= "
                              f"dppo.train_batch_size ({self.dppo.train_batch_size})")
@@ -343,9 +383,6 @@ class Config(_Strict):
                              f"set action.type to 'env', not {bottom.action.type!r}")
         for i, layer in enumerate(self.layers[:-1]):
             where = f"layers[{i}] ({layer.name})"
-            if layer.reward.intrinsic_fn:
-                raise ValueError(f"{where}.reward.intrinsic_fn: intrinsic rewards are computed for the bottom "
-                                 "layer's agents only; give this layer env reward (reward.env) instead")
             if layer.action.type == "env":
                 raise ValueError(f"{where}.action: only the bottom layer takes env actions; give this layer a "
                                  "command space, e.g. {type: discrete, n: 4}")

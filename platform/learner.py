@@ -21,7 +21,7 @@ from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments
 from hdppo.platform.config import Config
 from hdppo.platform.diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from hdppo.policies.compression import decompress, wire_nbytes
-from hdppo.policies.exploration import RND
+from hdppo.policies.bonuses import make_bonus
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import RunningStats
 from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
@@ -49,9 +49,9 @@ class Learner:
         # eps=1e-5 as in the PPO2 baseline and CleanRL (PyTorch's default 1e-8 differs). Fused:
         # one kernel for all parameters instead of a Python loop over them (same maths).
         self.optimizer = torch.optim.Adam(self.params, lr=self.layer.ppo.lr, eps=1e-5, fused=True)
-        e = self.layer.exploration
-        self.rnd = RND(obs_dim, e.rnd_hidden, e.rnd_out, self.layer.name) if e.type == "rnd" else None
-        self.rnd_optimizer = torch.optim.Adam(self.rnd.predictor.parameters(), lr=e.rnd_lr) if self.rnd else None
+        # The learner side of the layer's exploration bonus, if it has one (RND's predictor).
+        bonus = make_bonus(self.layer.exploration, obs_dim, self.layer.name)
+        self.bonus = bonus if bonus is not None and bonus.learned else None
         self.obs_stats = RunningStats((obs_dim,))
         self.reward_stats = RunningStats(())
         self._agg_weights: list[float] | None = None
@@ -69,9 +69,9 @@ class Learner:
     def publish(self) -> int:
         """One ``put`` of this version's weights; the service keeps the reference."""
         ref = self._put(self.weights())
-        rnd = [self._put(_snapshot(self.rnd.predictor))] if self.rnd else None
+        bonus_state = [self._put(self.bonus.state())] if self.bonus else None
         call_service(self.service, "publish", self.layer.name, self.version, [ref],
-                     self.obs_stats.to_state(), self.reward_stats.to_state(), self.progress(), rnd)
+                     self.obs_stats.to_state(), self.reward_stats.to_state(), self.progress(), bonus_state)
         return self.version
 
     # -- schedules -----------------------------------------------------------------------------
@@ -171,12 +171,12 @@ class Learner:
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
                 break
-        out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.rnd is None, lags=lags)
+        out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.bonus is None, lags=lags)
         out[M.PERF_DROPPED_STALE] = float(dropped)
         if cosine is not None:
             out[M.DIAG_GRAD_COSINE] = cosine
-        if self.rnd is not None:
-            out[M.LOSS_RND] = self._train_rnd(tb.obs, k)
+        if self.bonus is not None:  # trained on the same states, epochs and minibatch count; published with them
+            out[M.LOSS_RND] = self.bonus.train(tb.obs, self.layer.ppo.num_epochs, k, self._rng)
             self.publish()
         return out
 
@@ -191,18 +191,6 @@ class Learner:
             return None
         grads = [self.gradient(Batch.concat(bs), adv_mean, adv_std, entropy_coeff) for bs in by_worker.values()]
         return mean_pairwise_cosine(grads)
-
-    def _train_rnd(self, obs: torch.Tensor, num_minibatches: int) -> float:
-        """The predictor learns the target on this batch's states (same epochs and minibatches)."""
-        losses = []
-        for _ in range(self.layer.ppo.num_epochs):
-            for idx in np.array_split(self._rng.permutation(len(obs)), num_minibatches):
-                loss = self.rnd.error(obs[torch.as_tensor(idx)]).mean()  # type: ignore[union-attr]
-                self.rnd_optimizer.zero_grad()  # type: ignore[union-attr]
-                loss.backward()
-                self.rnd_optimizer.step()  # type: ignore[union-attr]
-                losses.append(float(loss.detach()))
-        return float(np.mean(losses))
 
     def _kl_exceeded(self, kls: list[float]) -> bool:
         target = self.layer.ppo.target_kl
@@ -315,7 +303,7 @@ class Learner:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        extra = {"rnd": self.rnd.state_dict(), "rnd_optimizer": self.rnd_optimizer.state_dict()} if self.rnd else {}  # type: ignore[union-attr]
+        extra = {"bonus": self.bonus.checkpoint()} if self.bonus else {}
         return extra | {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "obs_stats": self.obs_stats.to_state(), "reward_stats": self.reward_stats.to_state(),
                 "version": self.version, "env_steps": self.env_steps, "updates": self.updates,
@@ -324,9 +312,8 @@ class Learner:
     def set_state(self, state: dict[str, Any]) -> int:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.rnd is not None:
-            self.rnd.load_state_dict(state["rnd"])
-            self.rnd_optimizer.load_state_dict(state["rnd_optimizer"])  # type: ignore[union-attr]
+        if self.bonus is not None:
+            self.bonus.restore(state.get("bonus", state))  # checkpoints before bonus plug-ins kept RND's at the top
         self.obs_stats = RunningStats.from_state(state["obs_stats"])
         self.reward_stats = RunningStats.from_state(state["reward_stats"])
         self.version, self.env_steps, self.updates = state["version"], state["env_steps"], state["updates"]

@@ -299,9 +299,10 @@ def test_rllib_multi_agent_env_plugs_in():
 
 
 def test_count_bonus_decays_with_visits():
-    from hdppo.policies.exploration import CountBonus
+    from hdppo.platform.config import ExplorationSpec
+    from hdppo.policies.bonuses import make_bonus
 
-    bonus = CountBonus(3, 16, "control")
+    bonus = make_bonus(ExplorationSpec(type="count", hash_bits=16), 3, "control")
     s = np.array([[0.5, -1.0, 2.0]])
     first, second = bonus(s, 0.1)[0], bonus(s, 0.1)[0]
     assert first == pytest.approx(0.1) and second == pytest.approx(0.1 / np.sqrt(2))
@@ -332,7 +333,7 @@ def test_count_bonus_reaches_the_recorded_reward_and_is_logged(tmp_path):
 def test_rnd_predictor_is_trained_by_the_learner_and_the_target_stays_fixed(tmp_path):
     from hdppo.platform import metrics as M
     from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
-    from hdppo.policies.exploration import RND
+    from hdppo.policies.bonuses.rnd import RND
 
     series = _control_metrics_with(tmp_path, {"type": "rnd", "coeff": 0.05}, 6000)
     rnd_loss, bonus = series[M.LOSS_RND], series[M.CHART_EXPLORATION_BONUS]
@@ -340,7 +341,7 @@ def test_rnd_predictor_is_trained_by_the_learner_and_the_target_stays_fixed(tmp_
     # shift as the policy learns, so the series is not monotone).
     assert len(rnd_loss) >= 3 and min(rnd_loss[1:]) < rnd_loss[0], rnd_loss
     assert bonus and all(b > 0 for b in bonus)
-    state = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))["control"]["rnd"]
+    state = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))["control"]["bonus"]["rnd"]
     fresh = RND(11, [64, 64], 32, "control")
     for k, v in fresh.target.state_dict().items():
         assert torch.equal(state[f"target.{k}"], v)   # same target everywhere, never trained
@@ -383,10 +384,12 @@ def test_agents_outside_every_upper_lane_are_refused():
         probe_env(cfg, 0)
 
 
-def test_intrinsic_reward_on_an_upper_layer_is_refused():
+def test_intrinsic_reward_is_accepted_on_an_upper_layer_and_unknown_names_are_refused():
     cfg = two_layers()
     cfg["layers"][0]["reward"] = {"env": 1.0, "intrinsic": 1.0, "intrinsic_fn": "corridor_follow"}
-    with pytest.raises(ConfigError, match="intrinsic rewards are computed for the bottom layer"):
+    assert validate(cfg).layers[0].reward.intrinsic_fn == "corridor_follow"
+    cfg["layers"][0]["reward"]["intrinsic_fn"] = "corridor_folow"
+    with pytest.raises(ConfigError, match=r"'corridor_folow' is not a registered reward; registered: .*corridor_follow"):
         validate(cfg)
 
 
@@ -401,7 +404,9 @@ def test_parallelizable_aec_env_goes_through_pettingzoos_conversion():
 
 
 def test_ant_intrinsic_rewards():
-    from hdppo.hierarchies.intrinsic import ant_heading_frame_direction, ant_velocity_tracking, resolve
+    from hdppo.envs.builtin.ant_navigate import heading_frame_direction as ant_heading_frame_direction
+    from hdppo.envs.builtin.ant_navigate import velocity_tracking as ant_velocity_tracking
+    from hdppo.hierarchies.intrinsic import resolve
 
     def info(vx, vy, ctrl=0.0):
         return {"x_velocity": vx, "y_velocity": vy, "reward_ctrl": ctrl}
@@ -416,7 +421,7 @@ def test_ant_intrinsic_rewards():
     assert reward([0.0, 1.0], -2.0, 0.0) == pytest.approx(3.0)       # "left" of a north-facing Ant is west
     assert reward([0.0, -0.3], -2.0, 0.0) == pytest.approx(-1.0)     # only the direction counts
     assert reward([1.0, 0.0], 0.0, 0.0, ctrl=-0.25) == pytest.approx(0.75)  # Ant's control cost
-    assert resolve("ant_heading_frame_direction") is ant_heading_frame_direction
+    assert resolve("ant_heading_frame_direction").fn is ant_heading_frame_direction
 
 
 def _ant_obs(yaw: float, tilt: tuple[float, float] = (0.0, 0.0), velocity=(0.0, 0.0)) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""The repository layout keeps the standard library's ``platform`` importable."""
+"""The repository layout keeps the standard library's ``platform`` importable, and the env and
+policy packages free of the runtime."""
+import ast
 import subprocess
 import sys
 
@@ -23,3 +25,29 @@ def test_public_packages_declare_their_api():
     for mod in (hdppo.envs, hdppo.policies):
         for name in mod.__all__:
             assert hasattr(mod, name)
+
+
+def _imported_modules(path, package: str) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in the file, relative ones resolved."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[:len(base) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            out += [(node.lineno, mod)] + [(node.lineno, f"{mod}.{a.name}") for a in node.names]
+    return out
+
+
+def test_envs_and_policies_do_not_import_the_runtime():
+    bad = []
+    for folder in ("envs", "policies"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = ["hdppo", *rel.parts]
+            package = ".".join(parts[:-1])  # a module's package; an __init__'s is its own folder
+            bad += [f"{path.relative_to(ROOT)}:{line}: {mod}" for line, mod in _imported_modules(path, package)
+                    if mod == "hdppo.platform" or mod.startswith("hdppo.platform.")]
+    assert not bad, "envs/ and policies/ must not import the runtime (hdppo.platform):\n" + "\n".join(bad)

@@ -1,1 +1,12 @@
-"""Built-in environments, written like PettingZoo's."""
+"""Built-in environments, written like PettingZoo's.
+
+Each env module registers its own command-following rewards (see :mod:`hdppo.envs.rewards`);
+``REWARDS`` says which module registers which name, so that a name resolves without its module
+being imported beforehand, and without importing the other envs' modules.
+"""
+
+REWARDS: dict[str, str] = {
+    "corridor_follow": "hdppo.envs.builtin.corridor",
+    "ant_velocity_tracking": "hdppo.envs.builtin.ant_navigate",
+    "ant_heading_frame_direction": "hdppo.envs.builtin.ant_navigate",
+}

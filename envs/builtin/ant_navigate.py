@@ -25,11 +25,17 @@ Contact forces are left out by default, as Ant-v4 did: the 78 mostly-zero, occas
 values slow PPO's learning of a gait a lot (on Ant-v5 at 3M steps: ~550 with them, ~4200 without).
 
 A return above 8 means the goal was reached: progress alone is at most ``max_distance``.
+
+Command-following rewards for a walking layer commanded with a planar vector (registered names):
+``ant_velocity_tracking`` (:func:`velocity_tracking`) and ``ant_heading_frame_direction``
+(:func:`heading_frame_direction`).
 """
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+
+from hdppo.envs.rewards import register_reward
 
 SUCCESS_BONUS = 10.0
 SUCCESS_RETURN = 8.0  # eval returns above this are arrivals (see the table above)
@@ -66,6 +72,30 @@ def egocentric(env_obs: dict, members: list, env=None) -> np.ndarray:
     obs[LINVEL] = to_heading_frame(obs[LINVEL], heading)
     obs[QUAT] = without_yaw(obs[QUAT])
     return obs.astype(np.float32)
+
+
+@register_reward("ant_velocity_tracking")
+def velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
+    """exp(-|v - v_cmd|^2) for a commanded planar velocity against the torso's
+    ``info['x_velocity'], info['y_velocity']`` (Gymnasium's Ant puts them there). A wide kernel
+    (1 (m/s)^2) so that a body standing still still feels which way is better."""
+    v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
+    target = np.asarray(command, dtype=np.float64)[:2]
+    return float(np.exp(-np.sum((v - target) ** 2)))
+
+
+@register_reward("ant_heading_frame_direction")
+def heading_frame_direction(command: np.ndarray, next_obs: np.ndarray, info: dict, **_) -> float:
+    """Walk the way the command points, the command read in the Ant's heading frame (what
+    :func:`egocentric` shows the walking layer): Ant-v5's own reward with "forward" turned to
+    the command. A healthy bonus of 1, plus the speed along the command's direction (its length
+    is ignored), plus Ant's control cost (``info['reward_ctrl']``, <= 0)."""
+    c = np.asarray(command, dtype=np.float64)[:2]
+    norm = float(np.linalg.norm(c))
+    v = np.array([info.get("x_velocity", 0.0), info.get("y_velocity", 0.0)])
+    local = to_heading_frame(v, yaw(np.asarray(next_obs)[QUAT]))
+    along = float(local @ c) / norm if norm > 1e-6 else 0.0
+    return 1.0 + along + float(info.get("reward_ctrl", 0.0))
 
 
 class AntNavigate(gym.Env):

@@ -15,8 +15,8 @@ it; a flat policy on the agents' observations reaches the goal half the time at 
 | episode | ends when every agent is done, truncated after ``max_steps`` |
 | arguments | ``num_agents=1``, ``length=9``, ``max_steps=24`` |
 
-``follow_command`` is the intrinsic reward for the control layer: 1 for a step in the commanded
-direction (command 0 = left, 1 = right), else 0.
+``follow_command`` (registered as ``corridor_follow``) is the intrinsic reward for the control
+layer: 1 for a step in the commanded direction (command 0 = left, 1 = right), else 0.
 """
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ import functools
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
+
+from hdppo.envs.rewards import register_reward
 
 LEFT, STAY, RIGHT = 0, 1, 2
 
@@ -97,7 +99,16 @@ def parallel_env(**kwargs) -> CorridorEnv:
     return CorridorEnv(**kwargs)
 
 
-def follow_command(command: np.ndarray, info: dict, **_) -> float:
-    """1 for a step in the commanded direction (one-hot command: [left, right])."""
-    want = -1 if int(np.argmax(command)) == 0 else 1
-    return 1.0 if info.get("moved", 0) == want else 0.0
+@register_reward("corridor_follow", vectorized=True)
+def follow_command(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
+    """1 for a step in the commanded direction (one-hot command: [left, right]), else 0.
+
+    One agent (``command [2]``, ``info`` its dict) -> float, or B agents at once
+    (``command [B, 2]``, ``info`` a list of B dicts) -> ``[B]`` float32."""
+    command = np.asarray(command)
+    if command.ndim == 1:
+        want = -1 if int(np.argmax(command)) == 0 else 1
+        return 1.0 if info.get("moved", 0) == want else 0.0  # type: ignore[union-attr]
+    want = np.where(np.argmax(command, axis=1) == 0, -1, 1)
+    moved = np.fromiter((i.get("moved", 0) for i in info), np.int64, len(info))
+    return (moved == want).astype(np.float32)

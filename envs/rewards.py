@@ -1,0 +1,110 @@
+"""Named command-following (intrinsic) rewards, registered by the env module that owns them.
+
+An env module registers its rewards with ``@register_reward("name")``; a layer names one in
+``reward.intrinsic_fn``, or gives any function as ``package.module:function``.
+:func:`resolve_reward` returns a :class:`RewardFn`, which says how to call it.
+
+Scalar (the default): called once per env step for each lane (agent) of the layer::
+
+    fn(command=c, obs=o, next_obs=o2, action=a, info=i) -> float
+
+Vectorised (``register_reward(name, vectorized=True)``): called once per env step for all the
+layer's B live lanes of all env copies at once, each argument stacked along a first axis::
+
+    fn(command=[B, C], obs=[B, D], next_obs=[B, D], action=[B, A] (or [B]), info=list of B dicts) -> [B]
+
+What the arguments are, per lane:
+
+- bottom layer (one lane per env agent): ``command`` is the command from the layer above as the
+  agent receives it (a one-hot for a discrete command, the goal vector for a Box command);
+  ``obs``/``next_obs`` the agent's raw env observation before and after the step; ``action``
+  its env action; ``info`` its info dict.
+- an upper layer (one lane per agent or squad of that layer): ``command`` is the command the
+  lane received from the layer above; ``obs``/``next_obs`` the lane's own (raw, unnormalised)
+  env-part observation before and after the step; ``action`` the lane's current command to
+  the layer below; ``info`` a dict of its member agents' info dicts keyed by agent name.
+
+A built-in name is found without importing its module first: :data:`hdppo.envs.builtin.REWARDS`
+says which module registers it, and that module is imported on first lookup (so asking for
+``corridor_follow`` does not import MuJoCo).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable
+
+from hdppo.envs.errors import ConfigError
+
+__all__ = ["RewardFn", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardFn:
+    """A resolved reward function and how to call it (see the module docstring)."""
+
+    fn: Callable[..., Any]
+    vectorized: bool = False
+    name: str = ""
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.fn(**kwargs)
+
+
+_REGISTRY: dict[str, RewardFn] = {}
+
+
+def register_reward(name: str, *, vectorized: bool = False):
+    """Function decorator: make ``reward.intrinsic_fn: <name>`` call this function.
+    ``vectorized=True`` says it takes stacked arrays (see the module docstring); the same holds
+    when it is named by path."""
+    if not name or ":" in name:
+        raise ValueError(f"reward name {name!r}: use a plain name ('module:function' paths need no registering)")
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTRY[name] = RewardFn(fn, vectorized, name)
+        fn.__hdppo_vectorized__ = vectorized  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def _builtin_modules() -> dict[str, str]:
+    from hdppo.envs.builtin import REWARDS
+
+    return REWARDS
+
+
+def registered_rewards() -> list[str]:
+    """Every name ``reward.intrinsic_fn`` accepts besides ``module:function`` paths."""
+    return sorted(set(_builtin_modules()) | set(_REGISTRY))
+
+
+def is_known_reward(name: str) -> bool:
+    """True for a registered or built-in name, or anything shaped like ``module:function`` (such
+    a path is imported where the reward is computed, not when a config is validated)."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        return bool(module_name and attr)
+    return name in _REGISTRY or name in _builtin_modules()
+
+
+def resolve_reward(name_or_path: str) -> RewardFn:
+    """The reward for a registered name or a ``package.module:function`` path; raises
+    :class:`ConfigError` listing the registered names."""
+    if ":" in name_or_path:
+        module_name, _, attr = name_or_path.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"intrinsic_fn {name_or_path!r}: cannot import {attr!r} from {module_name!r} ({exc}). "
+                              "Check the path and that the module is importable on every worker.") from None
+        if not callable(fn):
+            raise ConfigError(f"intrinsic_fn {name_or_path!r} is not a function")
+        return RewardFn(fn, bool(getattr(fn, "__hdppo_vectorized__", False)), name_or_path)
+    if name_or_path not in _REGISTRY and name_or_path in _builtin_modules():
+        importlib.import_module(_builtin_modules()[name_or_path])
+    if name_or_path not in _REGISTRY:
+        raise ConfigError(f"intrinsic_fn {name_or_path!r} is not a registered reward; registered: "
+                          f"{', '.join(registered_rewards())} (or 'package.module:function' for your own).")
+    return _REGISTRY[name_or_path]
