@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
-from throughput import throughput_from_metrics  # noqa: E402
+from common import throughput_from_metrics  # noqa: E402
 
 MODES = {"sync": {}, "pipeline": {"pipeline": True}, "soft": {"sync": "soft"}, "async": {"sync": "async"}}
 

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
-from throughput import throughput_from_metrics  # noqa: E402
+from common import throughput_from_metrics  # noqa: E402
 
 
 def run(env: dict, workers: int, envs: int, steps_per_env: int, iterations: int, tmp: Path, cpus: int,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hdppo.platform import metrics as M
-from hdppo.platform.config import load_config
+from hdppo.platform.config import GroupSpec, load_config
 from hdppo.platform.errors import ConfigError
 from hdppo.platform.trainer import Trainer
 
@@ -31,6 +31,9 @@ def ablate(config: str, counts: list[int], out_dir: Path, overrides: list[str] |
     for n in counts:
         base = load_config(config, overrides)
         sets = [f"layers.{i}.dppo.num_workers={n}" for i in range(len(base.layers))]
+        # A group that states its own worker count ({layers: [...], dppo: {num_workers: ...}}) gets it there too.
+        sets += [f"groups.{g}.dppo.num_workers={n}" for g, group in enumerate(base.groups or [])
+                 if isinstance(group, GroupSpec)]
         cfg = load_config(config, [*(overrides or []), *sets])
         trainer = Trainer(cfg, out_dir / f"workers_{n}", quiet=True)
         try:

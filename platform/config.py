@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hdppo.platform.errors import ConfigError
+from hdppo.platform.sync_modes import sync_mode_class
 
 
 class _Strict(BaseModel):
@@ -25,8 +26,11 @@ class _Strict(BaseModel):
 class EnvConfig(_Strict):
     """Which environment to train on."""
 
-    type: Literal["gymnasium", "pettingzoo", "rllib"] = Field(
-        "gymnasium", description="Env API: a Gymnasium env, a PettingZoo ParallelEnv or AECEnv, or an RLlib MultiAgentEnv.")
+    type: Literal["gymnasium", "pettingzoo", "rllib", "gymnasium_vector", "vector"] = Field(
+        "gymnasium", description="Env API: a Gymnasium env, a PettingZoo ParallelEnv or AECEnv, an RLlib MultiAgentEnv; "
+        "or natively vectorised: 'gymnasium_vector' (a gymnasium.vector.VectorEnv made by gym.make_vec(id) or by "
+        "entry_point(num_envs=, **kwargs), reset in the same step) or 'vector' (entry_point(num_envs=, seed=, **kwargs) "
+        "returning an hdppo.envs.vector.VectorMultiAgentEnv; see that module).")
     id: Optional[str] = Field(
         None, description="A registered Gymnasium id ('Hopper-v5'), or for PettingZoo a module path "
         "('pettingzoo.classic.tictactoe_v3', whose parallel_env() or env() is called).")
@@ -113,18 +117,22 @@ class DPPOConfig(_Strict):
     train_batch_size: int = Field(4000, ge=1, description="Env steps per update, over all workers.")
     worker_cpus: Optional[float] = Field(None, gt=0.0, description="CPUs each worker declares to Ray; default shares the machine.")
     pipeline: bool = Field(
-        False, description="Mode central: workers collect the next batch while the learner updates "
-        "(their weights are then one version behind; PPO's ratio corrects for it).")
+        False, description="The older spelling of sync: pipeline (true means that; it contradicts any other "
+        "sync but 'sync'). Group-level.")
     max_lag: int = Field(3, ge=0, description="Rollouts from weights more than max_lag versions old are dropped.")
     compression: Literal["none", "sign1", "q2", "q8"] = Field(
         "none", description="Mode dppo: gradients sent as 1-bit signs, 2-bit or 8-bit codes, with error feedback.")
-    sync: Literal["sync", "soft", "async"] = Field(
-        "sync", description="'sync': a barrier each update, every worker one equal rollout. 'soft': no barrier; "
-        "workers stream rollout chunks and refresh weights every refresh_every steps, the learner updates as soon "
-        "as train_batch_size samples have arrived from any workers (faster workers contribute more: dynamic "
-        "batching). 'async': the learner updates on whatever chunks have arrived, as they arrive. Soft and async "
-        "keep workers collecting while the learner updates (pipelining); samples more than max_lag versions old "
-        "are never used.")
+    sync: str = Field(
+        "sync", description="How the group collects an update's rollouts (a registered sync mode, see "
+        "hdppo.platform.sync_modes). Group-level. 'sync': a barrier each update, every worker one equal rollout. "
+        "'pipeline': the same, but each worker starts its next rollout as soon as its current one arrives, so the "
+        "next batch is collected while the learner updates (one version behind; mode central). 'soft': no "
+        "barrier; workers stream rollout chunks and refresh weights every refresh_every steps, the learner "
+        "updates as soon as train_batch_size samples have arrived from any workers (faster workers contribute "
+        "more: dynamic batching). 'async': the learner updates on whatever chunks have arrived, as they arrive. "
+        "Pipeline, soft and async keep workers collecting while the learner updates; samples more than max_lag "
+        "versions old are never used.",
+        json_schema_extra={"examples": ["sync", "pipeline", "soft", "async"]})
     refresh_every: int = Field(64, ge=1, description="Sync 'soft': env steps (per env) between weight refreshes inside a rollout.")
     chunks_per_worker: int = Field(
         4, ge=1, description="Sync 'soft'/'async': a worker's share of a batch is cut into this many chunks, "
@@ -140,10 +148,37 @@ class DPPOConfig(_Strict):
     elastic: Optional[ElasticConfig] = Field(
         None, description="Resize the worker pool while training from CPU utilization (and `hdppo scale` at any time).")
 
+    @field_validator("sync")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        sync_mode_class(v)  # a ValueError listing the registered modes
+        return v
+
+    @model_validator(mode="after")
+    def _pipeline_alias(self) -> "DPPOConfig":
+        if self.pipeline and self.sync not in ("sync", "pipeline"):
+            raise ValueError(f"pipeline: true is the older spelling of sync: pipeline and contradicts sync: {self.sync}; "
+                             "drop pipeline (or set it to false) to keep that sync mode, or set sync: pipeline")
+        if self.pipeline:
+            object.__setattr__(self, "sync", "pipeline")  # not setattr: that would validate again, recursively
+        return self
+
     @property
     def streaming(self) -> bool:
         """Workers stream chunks without a barrier (sync soft or async)."""
-        return self.sync != "sync"
+        return sync_mode_class(self.sync).streaming
+
+    @property
+    def refresh_in_rollout(self) -> int:
+        """Env steps between weight refreshes inside a rollout; 0 when the sync mode has none."""
+        return self.refresh_every if sync_mode_class(self.sync).refresh_in_rollout else 0
+
+
+# The dppo fields that hold for a whole group (its one pool of workers and the way the group
+# collects and updates); the rest (train_batch_size, max_lag, stale, aggregate, compression, ...)
+# are read per layer, by that layer's learner and recorder.
+GROUP_DPPO_FIELDS = ("mode", "sync", "pipeline", "num_workers", "num_envs_per_worker", "worker_cpus",
+                     "refresh_every", "chunks_per_worker", "elastic")
 
 
 class NormalizationConfig(_Strict):
@@ -311,14 +346,13 @@ class LayerConfig(_Strict):
 
     @model_validator(mode="after")
     def _sizes(self) -> "LayerConfig":
-        if self.dppo.pipeline and (self.dppo.mode != "central" or self.dppo.max_lag < 1):
-            raise ValueError("dppo.pipeline needs dppo.mode 'central' and dppo.max_lag >= 1: pipelined "
-                             "rollouts are one version old")
-        if self.dppo.streaming and self.dppo.max_lag < 1:
-            raise ValueError(f"dppo.sync {self.dppo.sync!r} needs dppo.max_lag >= 1: chunks collected while the "
-                             "learner updates are at least one version old, and with max_lag 0 all would be dropped")
-        if self.dppo.streaming and self.dppo.mode != "central":
-            raise ValueError(f"dppo.sync {self.dppo.sync!r} needs dppo.mode 'central': mode 'dppo' takes every "
+        sync = sync_mode_class(self.dppo.sync)
+        if self.dppo.max_lag < sync.min_lag:
+            raise ValueError(f"dppo.sync {self.dppo.sync} needs dppo.max_lag >= {sync.min_lag}: its samples are "
+                             f"collected while the learner updates, at least {sync.min_lag} version(s) old, and with "
+                             f"max_lag {self.dppo.max_lag} all would be dropped")
+        if not sync.barrier and self.dppo.mode != "central":
+            raise ValueError(f"dppo.sync {self.dppo.sync} needs dppo.mode 'central': mode 'dppo' takes every "
                              "worker's gradient on one weights version each step, which is a barrier; use sync 'sync'")
         if self.exploration.learned and self.dppo.mode == "dppo":
             raise ValueError(f"exploration.type {self.exploration.type!r} needs dppo.mode 'central': the learner "
@@ -353,6 +387,40 @@ class RayConfig(_Strict):
         "ray", description="'local' runs workers and learner in this process (debugging, tests).")
 
 
+def _group_fields(dppo: dict, where: str) -> dict[str, Any]:
+    """The group-level fields of a dppo section, validated (as DPPOConfig validates them)."""
+    per_layer = sorted(set(dppo) & (set(DPPOConfig.model_fields) - set(GROUP_DPPO_FIELDS)))
+    if per_layer:
+        raise ValueError(f"{where}.{per_layer[0]} is a per-layer setting; set it in layers[].dppo. A group's dppo "
+                         f"section takes only the group-level fields: {', '.join(GROUP_DPPO_FIELDS)}")
+    try:
+        valid = DPPOConfig.model_validate(dppo)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise ValueError(f"{where}.{_loc_str(tuple(e['loc'])) if e['loc'] else ''}: "
+                         f"{e['msg'].removeprefix('Value error, ')}") from None
+    return {key: getattr(valid, key) for key in dppo}
+
+
+def _members(group: "GroupSpec | list[str]") -> list[str]:
+    return list(group.layers) if isinstance(group, GroupSpec) else list(group)
+
+
+class GroupSpec(_Strict):
+    """Layers trained as one DPPO group, with the group's own dppo settings."""
+
+    layers: list[str] = Field(..., min_length=1, description="The layers of the group (they share workers and rollouts).")
+    dppo: dict[str, Any] = Field(
+        default_factory=dict, description="The group-level dppo settings, stated once for all its layers: "
+        f"{', '.join(GROUP_DPPO_FIELDS)}. Per-layer ones (train_batch_size, max_lag, ...) stay in layers[].dppo.")
+
+    @field_validator("dppo")
+    @classmethod
+    def _group_level(cls, v: dict[str, Any]) -> dict[str, Any]:
+        _group_fields(v, "dppo")
+        return v
+
+
 class Config(_Strict):
     """A training run: one env, a hierarchy of layers (top first), and how to train them."""
 
@@ -363,8 +431,41 @@ class Config(_Strict):
     ray: RayConfig = Field(default_factory=RayConfig)
     diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
 
-    groups: Optional[list[list[str]]] = Field(
-        None, description="Layers that share one DPPO group (workers and rollouts); by default each layer is its own.")
+    groups: Optional[list[Union[GroupSpec, list[str]]]] = Field(
+        None, description="Layers that share one DPPO group (workers and rollouts); by default each layer is its own. "
+        "Each entry is {layers: [a, b], dppo: {...}} (the group's dppo settings, stated once) or a plain list "
+        f"[a, b] (then the layers must agree on the group-level dppo fields: {', '.join(GROUP_DPPO_FIELDS)}).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_dppo_into_layers(cls, data: Any) -> Any:
+        """A group's ``dppo`` section holds for each of its layers: it is copied into their ``dppo``
+        before they are validated (so each layer's checks see it). A layer that states one of those
+        fields itself, differently, is an error: the setting belongs to the group."""
+        if not isinstance(data, dict) or not any(isinstance(g, dict) and g.get("dppo") for g in data.get("groups") or []):
+            return data
+        data = dict(data)
+        layers = [layer.model_dump(exclude_unset=True) if isinstance(layer, BaseModel) else dict(layer)
+                  for layer in data.get("layers", [{}])]
+        for g, group in enumerate(data["groups"]):
+            if not isinstance(group, dict) or not isinstance(group.get("dppo"), dict) or not isinstance(group.get("layers"), list):
+                continue  # the field's own validation reports what is wrong with it
+            stated = _group_fields(group["dppo"], f"groups[{g}].dppo")
+            for i, layer in enumerate(layers):
+                name = layer.get("name", LayerConfig.model_fields["name"].default)
+                if name not in group["layers"] or not isinstance(layer.get("dppo", {}), dict):
+                    continue
+                own = dict(layer.get("dppo") or {})
+                for key, value in stated.items():
+                    if key in own and _group_fields({key: own[key]}, f"layers[{i}].dppo").get(key) != value:
+                        raise ValueError(
+                            f"layers[{i}] ({name}).dppo.{key} ({json.dumps(own[key], default=str)}) disagrees with "
+                            f"groups[{g}].dppo.{key} ({json.dumps(group['dppo'][key], default=str)}); a group's "
+                            f"dppo settings are stated once, in the group: drop {key} from the layer")
+                    own[key] = group["dppo"][key]
+                layers[i] = {**layer, "dppo": own}
+        data["layers"] = layers
+        return data
 
     @model_validator(mode="after")
     def _hierarchy(self) -> "Config":
@@ -408,18 +509,42 @@ class Config(_Strict):
                                  f"another layer; choose one of {', '.join(n for n in names if n != layer.name)}")
         if self.groups is not None:
             placed: dict[str, int] = {}
-            for g, members in enumerate(self.groups):
+            for g, group in enumerate(self.groups):
+                members = _members(group)
                 for name in members:
                     if name not in names:
                         raise ValueError(f"groups[{g}]: unknown layer {name!r}; layers are {', '.join(names)}")
                     if name in placed:
                         raise ValueError(f"groups: layer {name!r} is in groups {placed[name]} and {g}; one group each")
                     placed[name] = g
+                self._agree(g, members)
         return self
+
+    def _agree(self, g: int, members: list[str]) -> None:
+        """The trained layers of one group agree on every group-level dppo field."""
+        trained = [n for n in members if self.layer(n).schedule.mode != "frozen"]
+        for name in trained[1:]:
+            a, b = self.layer(trained[0]).dppo, self.layer(name).dppo
+            for key in GROUP_DPPO_FIELDS:
+                va, vb = getattr(a, key), getattr(b, key)
+                if va != vb:
+                    show = (lambda v: json.dumps(v.model_dump() if isinstance(v, BaseModel) else v))
+                    raise ValueError(
+                        f"groups[{g}]: layers {trained[0]!r} and {name!r} disagree on dppo.{key} ({show(va)} vs "
+                        f"{show(vb)}); one group has one pool of workers, so this setting is per group. State it "
+                        f"once, as groups: [{{layers: [{', '.join(members)}], dppo: {{{key}: ...}}}}], or give "
+                        "both layers the same value")
+
+    def group_dppo(self, layers: list[str]) -> DPPOConfig:
+        """The dppo settings of the group of ``layers``. Its group-level fields (GROUP_DPPO_FIELDS)
+        are the same in every layer of the group (validated); per-layer fields (train_batch_size,
+        max_lag, aggregate, ...) are read from each layer's own ``dppo``."""
+        trained = [n for n in layers if self.layer(n).schedule.mode != "frozen"] or list(layers)
+        return self.layer(trained[0]).dppo
 
     def layer_groups(self) -> list[list[str]]:
         """The DPPO groups: the configured ones, then every remaining trainable layer alone."""
-        listed = [list(g) for g in (self.groups or [])]
+        listed = [_members(g) for g in (self.groups or [])]
         placed = {n for g in listed for n in g}
         frozen = {layer.name for layer in self.layers if layer.schedule.mode == "frozen"}
         groups = [[n for n in g if n not in frozen] for g in listed]

@@ -1,20 +1,19 @@
 """One DPPO group: a pool of rollout workers and one learner per layer of the group.
 
 By default every layer is its own group. One call of :meth:`DPPOGroup.iteration` is one update
-of the group's layers. How the samples get there is the group's ``dppo.sync``:
-
-- ``sync``: a barrier. Every worker samples one equal rollout with the newest weights, then each
-  learner updates (mode ``central``), or the workers compute gradients on their own shards that
-  the learner averages (mode ``dppo``). ``pipeline`` starts the next rollouts before the update.
-- ``soft`` / ``async``: no barrier. Every worker always has a rollout chunk in flight; the update
-  takes the first chunks to arrive (a full batch for ``soft``, whatever has arrived for
-  ``async``), so fast workers contribute more. Staleness is bounded per sample by the learner.
+of the group's layers. How the samples get there is the group's sync mode (``dppo.sync``), a
+strategy object from :mod:`hdppo.platform.sync_modes`: ``sync`` (a barrier), ``pipeline`` (the
+next rollouts start during the update), ``soft`` / ``async`` (no barrier: chunks streamed from
+any workers). The group itself owns what every mode shares: the pool, the learners, the update
+(mode ``central``: workers ship rollouts to the learners; mode ``dppo``: workers compute gradients
+on their own shards that the learner averages), replacing failed workers, and resizing.
 
 The pool can be resized between updates (:meth:`DPPOGroup.resize`): by ``hdppo scale``, or by
 the ``dppo.elastic`` policy on CPU utilization.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Any
@@ -24,7 +23,9 @@ from hdppo.platform import metrics as M
 from hdppo.platform.config import Config
 from hdppo.platform.errors import HdppoError, RayStartError
 from hdppo.platform.learner import Learner
+from hdppo.platform.messages import UpdateResult
 from hdppo.platform.rollout_worker import RolloutWorker
+from hdppo.platform.sync_modes import Call, Source, make_sync_mode
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -48,23 +49,25 @@ class DPPOGroup:
         self.cfg = cfg
         self.layers = list(layers)
         self.name = "+".join(layers)
-        self.first = cfg.layer(layers[0])
+        self.dppo = cfg.group_dppo(self.layers)  # the group-level settings, the same in all its layers
         self.backend = backend
         self.num_workers = num_workers
-        learner_cpus, worker_cpus = group_cpus(total_cpus, num_workers, self.first.dppo.worker_cpus, len(layers))
+        learner_cpus, worker_cpus = group_cpus(total_cpus, num_workers, self.dppo.worker_cpus, len(layers))
         self.learners = {name: backend.make(Learner, cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                             service, backend.name, dims[name].get("critic_dim"), env_step_budget,
                                             num_cpus=learner_cpus) for name in layers}
         self._worker_args = (service, worker_cpus)
+        # Each incarnation of a worker has its own number, so a result is never mistaken for a
+        # later worker's at the same index (after a replacement, or a shrink and a grow).
+        self._incarnations = itertools.count()
         self.workers = [self._make_worker(i) for i in range(num_workers)]
-        self.generation = [0] * num_workers  # bumped when a worker is replaced
+        self.generation = [next(self._incarnations) for _ in range(num_workers)]
         self.replaced = 0
-        self._next: list[Any] | None = None  # pipelined sample calls already in flight
-        self._inflight: dict[int, tuple[int, Any]] = {}  # streaming: worker -> (generation, call)
-        self._arrived: list[tuple[int, int, Any]] = []   # streaming: finished, not yet used
+        self.sync = make_sync_mode(self.dppo.sync)
+        self._sample_method = "sample" if self.dppo.mode == "central" else "sample_stats_only"
         self._updates = 0
         self._meter = None
-        if self.first.dppo.elastic is not None:
+        if self.dppo.elastic is not None:
             from hdppo.platform.elastic import CpuMeter
 
             self._meter = CpuMeter()
@@ -84,140 +87,158 @@ class DPPOGroup:
         service, cpus = self._worker_args
         return self.backend.make(RolloutWorker, self.cfg, self.layers, index, self.num_workers, service, num_cpus=cpus)
 
+    def sample(self, index: int) -> Call:
+        """Start worker ``index``'s next rollout (sync modes call this): the whole rollouts in mode
+        ``central``, only their statistics in mode ``dppo`` (the samples stay on the worker)."""
+        return Call(self.backend.call(self.workers[index], self._sample_method), (index, self.generation[index]))
+
+    # -- failover ------------------------------------------------------------------------------
     def _replace(self, i: int, cause: BaseException) -> None:
-        """A fresh worker i; its calls already in flight (pipelined or streaming) are re-issued."""
+        """A fresh worker i; the sync mode re-issues its calls that were in flight on the dead one."""
         self.backend.kill(self.workers[i])
         self.workers[i] = self._make_worker(i)
-        self.generation[i] += 1
+        self.generation[i] = next(self._incarnations)
         self.replaced += 1
-        if self._next is not None:  # the pipelined call went to the dead worker
-            self._next[i] = self.backend.call(self.workers[i], "sample")
-        if i in self._inflight:
-            self._inflight[i] = (self.generation[i], self.backend.call(self.workers[i], "sample"))
+        self.sync.on_worker_failure(self, i, cause)
         print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
               f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped", flush=True)
 
-    def _survivors(self, results: list[Any], sources: list[tuple[int, int]]) -> list[Any]:
-        """Keep the rollouts that arrived; replace each worker whose rollout failed (its actor
-        died, or its env raised). A failed rollout is dropped whole, so nothing counts twice.
-        ``sources`` says which worker (and which incarnation of it) made each result, so a
-        worker already replaced is not replaced again. A user error (hdppo's own, e.g. NaN
-        from the env) is not retried: it stops the run."""
-        kept = []
-        for r, (i, gen) in zip(results, sources):
-            if not isinstance(r, BaseException):
+    def _current(self, source: Source) -> bool:
+        i, gen = source
+        return i < len(self.workers) and gen == self.generation[i]
+
+    def _fail(self, source: Source, error: BaseException) -> None:
+        """A call of ``source`` failed: a user error (hdppo's own, e.g. NaN from the env) stops the
+        run; otherwise (its actor died, or its env raised) the worker is replaced, once."""
+        cause = getattr(error, "cause", None) or error
+        if isinstance(cause, HdppoError):
+            raise cause
+        if self._current(source):
+            self._replace(source[0], cause)
+
+    def _survivors(self, results: list[Any], sources: list[Source]) -> tuple[list[Any], list[Source]]:
+        """Keep the results that arrived; replace each worker whose call failed. A failed rollout is
+        dropped whole, so nothing counts twice. ``sources`` says which worker (and which
+        incarnation of it) made each result, so a worker already replaced is not replaced again."""
+        kept, kept_sources = [], []
+        for r, src in zip(results, sources):
+            if isinstance(r, BaseException):
+                self._fail(src, r)
+            else:
                 kept.append(r)
-                continue
-            cause = getattr(r, "cause", None) or r
-            if isinstance(cause, HdppoError):
-                raise cause
-            if i < len(self.workers) and gen == self.generation[i]:
-                self._replace(i, cause)
-        if not kept and not self.first.dppo.streaming:
+                kept_sources.append(src)
+        if not kept and not self.sync.streaming:
             raise RuntimeError(f"group {self.name!r}: every worker failed in the same iteration")
-        return kept
+        return kept, kept_sources
 
-    def _update_with_failover(self, pending: list[Any], sources: list[tuple[int, int]]) -> dict[str, dict[str, float]] | None:
-        """The update on ``pending``; if some rollouts failed, on the others. None when a
-        streaming group had only failed chunks in hand (it then collects more)."""
-        try:
-            # The common case: rollouts go from the workers to the learners by reference,
-            # never through this process.
-            return self._update_central(pending)
-        except Exception as exc:  # noqa: BLE001 - sorted out below: a failed worker, or not
-            results = self.backend.outcomes(pending)
-            if not any(isinstance(r, BaseException) for r in results):
-                raise exc
-            kept = self._survivors(results, sources)
-            return self._update_central(kept) if kept else None
+    # -- the update ----------------------------------------------------------------------------
+    def iteration(self) -> dict[str, UpdateResult]:
+        """One update of every layer of the group; its result per layer."""
+        t0 = time.perf_counter()
+        out = None
+        failed_before = self.replaced
+        while out is None:  # an update may have had only failed results in hand (async: one chunk)
+            if self.replaced - failed_before > 3 * len(self.workers):
+                raise RuntimeError(f"group {self.name!r}: workers keep failing ({self.replaced - failed_before} "
+                                   "replaced without one good rollout); see the errors above")
+            pending, sources = self.sync.collect(self)
+            sample_s = time.perf_counter() - t0
+            out = self._update_central(pending, sources) if self.dppo.mode == "central" else self._update_dppo(pending, sources)
+        wall = time.perf_counter() - t0
+        env_steps = float(out[self.layers[0]].env_steps)
+        steps, self.env_steps = env_steps - self.env_steps, env_steps
+        out[self.layers[0]].metrics[M.PERF_WORKERS_REPLACED] = float(self.replaced)
+        for result in out.values():
+            result.metrics[M.PERF_SAMPLE_S] = sample_s
+            result.metrics[M.PERF_UPDATE_S] = wall - sample_s
+            result.metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall
+            result.metrics[M.PERF_NUM_WORKERS] = float(len(self.workers))
+        self._updates += 1
+        if self._meter is not None:
+            self._elastic(out[self.layers[0]].metrics)
+        return out
 
-    def _update_central(self, rollouts: list[Any]) -> dict[str, dict[str, float]]:
+    def _central(self, rollouts: list[Any]) -> dict[str, UpdateResult]:
         b = self.backend
         futures = {name: b.call(learner, "update_central", *rollouts) for name, learner in self.learners.items()}
         return {name: b.get(f) for name, f in futures.items()}
 
-    def _stream(self) -> tuple[list[Any], list[tuple[int, int]]]:
-        """Sync soft/async: the first chunks to arrive, from any workers. Every worker is given
-        its next chunk as soon as one arrives, so collecting never waits on the update."""
-        b, d = self.backend, self.first.dppo
-        for i, w in enumerate(self.workers):
-            if i not in self._inflight:
-                self._inflight[i] = (self.generation[i], b.call(w, "sample"))
-        need = len(self.workers) * d.chunks_per_worker if d.sync == "soft" else 1
-        while len(self._arrived) < need:
-            order = list(self._inflight)
-            for j in b.ready([self._inflight[i][1] for i in order]):
-                i = order[j]
-                gen, ref = self._inflight.pop(i)
-                self._arrived.append((i, gen, ref))
-                self._inflight[i] = (self.generation[i], b.call(self.workers[i], "sample"))
-        take = len(self._arrived) if d.sync == "async" else need
-        used, self._arrived = self._arrived[:take], self._arrived[take:]
-        return [ref for _, _, ref in used], [(i, gen) for i, gen, _ in used]
+    def _update_central(self, pending: list[Any], sources: list[Source]) -> dict[str, UpdateResult] | None:
+        """Mode central: the update on ``pending``; if some rollouts failed, on the others. None
+        when a streaming group had only failed chunks in hand (it then collects more)."""
+        try:
+            # The common case: rollouts go from the workers to the learners by reference,
+            # never through this process.
+            return self._central(pending)
+        except Exception as exc:  # noqa: BLE001 - sorted out below: a failed worker, or not
+            results = self.backend.outcomes(pending)
+            if not any(isinstance(r, BaseException) for r in results):
+                raise exc
+            kept, _ = self._survivors(results, sources)
+            return self._central(kept) if kept else None
 
-    def _pipeline(self, pending: list[Any]) -> list[Any]:
-        """Wait for ``pending``; as each worker's rollout arrives, start its next one. The next
-        batch is collected while the learners update on this one, and a worker that finishes
-        first does not sit idle until the slowest one is done (its next rollout acts with the
-        same weights either way: the update on this batch has not happened yet)."""
-        b = self.backend
-        nxt: list[Any] = [None] * len(pending)
-        waiting = list(range(len(pending)))
-        while waiting:
-            for j in sorted(b.ready([pending[i] for i in waiting]), reverse=True):
-                i = waiting.pop(j)
-                nxt[i] = b.call(self.workers[i], "sample")
-        return nxt
+    def _update_dppo(self, pending: list[Any], sources: list[Source]) -> dict[str, UpdateResult] | None:
+        """Mode dppo: the workers whose statistics arrived compute the gradients, layer by layer.
+        A worker that dies during a layer's update is replaced, and that update is undone and
+        redone with the others (its samples stay on the dead worker: they never count)."""
+        stats, holders = self._survivors(self.backend.outcomes(pending), sources)
+        if not stats:
+            return None
+        return {name: self._dppo_update(name, stats, holders) for name in self.layers}
 
-    def iteration(self) -> dict[str, dict[str, float]]:
-        """One update of every layer of the group; metrics per layer."""
-        t0 = time.perf_counter()
-        b = self.backend
-        if self.first.dppo.streaming:
-            out = None
-            failed_before = self.replaced
-            while out is None:  # an async update may hold one chunk, and that one may have failed
-                if self.replaced - failed_before > 3 * len(self.workers):
-                    raise RuntimeError(f"group {self.name!r}: workers keep failing ({self.replaced - failed_before} "
-                                       "replaced without one good chunk); see the errors above")
-                pending, sources = self._stream()
-                sample_s = time.perf_counter() - t0
-                out = self._update_with_failover(pending, sources)
-            out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
-        elif self.first.dppo.mode == "central":
-            pending = self._next or [b.call(w, "sample") for w in self.workers]
-            sources = [(i, self.generation[i]) for i in range(len(pending))]
-            if self.first.dppo.pipeline:
-                self._next = self._pipeline(pending)
-            else:
-                b.wait_all(pending)
-            sample_s = time.perf_counter() - t0
-            out = self._update_with_failover(pending, sources)
-            assert out is not None  # a sync group raises when every rollout failed
-            out[self.layers[0]][M.PERF_WORKERS_REPLACED] = float(self.replaced)
-        else:
-            stats = b.get([b.call(w, "sample_stats_only") for w in self.workers])
-            sample_s = time.perf_counter() - t0
-            out = {name: self._dppo_update(name, [s[name] for s in stats]) for name in self.layers}
-        wall = time.perf_counter() - t0
-        env_steps = out[self.layers[0]]["_env_steps"]
-        steps, self.env_steps = env_steps - self.env_steps, env_steps
-        for metrics in out.values():
-            metrics[M.PERF_SAMPLE_S] = sample_s
-            metrics[M.PERF_UPDATE_S] = wall - sample_s
-            metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall
-            metrics[M.PERF_NUM_WORKERS] = float(len(self.workers))
-        self._updates += 1
-        if self._meter is not None:
-            self._elastic(out[self.layers[0]])
-        return out
+    def _dppo_update(self, layer: str, stats: list[dict], holders: list[Source]) -> UpdateResult:
+        """Epochs x minibatches of (workers' gradients -> learner's averaged step), redone with the
+        survivors if a worker fails. ``stats`` and ``holders`` (the workers that hold the samples)
+        are pruned in place, so the group's later layers leave out a failed worker too."""
+        b, learner = self.backend, self.learners[layer]
+        while True:
+            live = [j for j, src in enumerate(holders) if self._current(src)]
+            stats[:], holders[:] = [stats[j] for j in live], [holders[j] for j in live]
+            if not holders:
+                raise RuntimeError(f"group {self.name!r}: every worker failed during the update of layer {layer!r}")
+            start = b.get(b.call(learner, "begin_dppo", *[s[layer] for s in stats]))
+            failure = self._dppo_steps(layer, start, sum(s[layer].num_samples for s in stats), holders)
+            if failure is None:
+                return b.get(b.call(learner, "end_dppo"))
+            b.get(b.call(learner, "abort_dppo"))
+            for src, error in failure:
+                self._fail(src, error)
+            if not failure:
+                raise RuntimeError(f"group {self.name!r}: the update of layer {layer!r} failed, but no worker did")
+
+    def _dppo_steps(self, layer: str, start: dict, n: int, holders: list[Source]) -> list[tuple[Source, BaseException]] | None:
+        """The steps of one update. Object references flow straight from one call to the next (the
+        learner's new weights into the workers' next gradient calls, their gradients into the
+        learner), so the driver does not wait on each step; it synchronises for the KL stop, and
+        once at the end to see whether every step went through. None if they did, else the
+        gradient calls that failed first (after one fails, every later step fails with it)."""
+        b, p, learner = self.backend, self.cfg.layer(layer).ppo, self.learners[layer]
+        k = max(1, round(n / p.minibatch_size))
+        weights: Any = start["weights"][0]
+        issued: list[list[Any]] = []
+        for epoch in range(p.num_epochs):
+            for mb in range(k):
+                grads = [b.call(self.workers[i], "gradient", weights, epoch, mb, k, start["adv_mean"], start["adv_std"],
+                                start["entropy_coeff"], layer) for i, _ in holders]
+                issued.append(grads)
+                weights = b.call(learner, "apply_gradients", *grads)
+            if p.target_kl is not None and b.get(b.call(learner, "epoch_kl", k)) > p.target_kl:
+                break
+        if not isinstance(b.outcomes([weights])[0], BaseException):
+            return None
+        for grads in issued:
+            results = b.outcomes(grads)
+            failed = [(src, r) for src, r in zip(holders, results) if isinstance(r, BaseException)]
+            if failed:
+                return failed
+        return []
 
     # -- elastic pool --------------------------------------------------------------------------
     def _elastic(self, metrics: dict[str, float]) -> None:
         """Every ``elastic.every`` updates, resize by the policy on mean CPU utilization."""
         from hdppo.platform.elastic import decide_workers
 
-        e = self.first.dppo.elastic
+        e = self.dppo.elastic
         self._util.append(self._meter())  # type: ignore[misc]
         metrics[M.PERF_CPU_UTIL] = self._util[-1]
         if self._updates % e.every:  # type: ignore[union-attr]
@@ -249,44 +270,17 @@ class DPPOGroup:
         if num_workers == len(self.workers):
             return num_workers
         while len(self.workers) > num_workers:
-            i = len(self.workers) - 1
             b.kill(self.workers.pop())
             self.generation.pop()
-            self._inflight.pop(i, None)
-            self._arrived = [a for a in self._arrived if a[0] != i]
-            if self._next is not None:
-                self._next.pop()
         self.num_workers = num_workers
         # Calls to one actor run in order: the resize lands before any sample issued after it.
         for w in self.workers:
             b.call(w, "resize", num_workers)
         while len(self.workers) < num_workers:
             self.workers.append(self._make_worker(len(self.workers)))
-            self.generation.append(0)
-            if self._next is not None:
-                self._next.append(b.call(self.workers[-1], "sample"))
+            self.generation.append(next(self._incarnations))
+        self.sync.on_resize(self, num_workers)
         return num_workers
-
-    def _dppo_update(self, layer: str, stats: list) -> dict[str, float]:
-        """Epochs x minibatches of (workers' gradients -> learner's averaged step).
-
-        Object references flow straight from one call to the next (the learner's new weights
-        into the workers' next gradient calls, their gradients into the learner), so the driver
-        does not wait on each step; it synchronises once per epoch, and only for the KL stop.
-        """
-        b, p, learner = self.backend, self.cfg.layer(layer).ppo, self.learners[layer]
-        start = b.get(b.call(learner, "begin_dppo", *stats))
-        n = sum(s.num_samples for s in stats)
-        k = max(1, round(n / p.minibatch_size))
-        weights: Any = start["weights"][0]
-        for epoch in range(p.num_epochs):
-            for mb in range(k):
-                grads = [b.call(w, "gradient", weights, epoch, mb, k, start["adv_mean"], start["adv_std"],
-                                start["entropy_coeff"], layer) for w in self.workers]
-                weights = b.call(learner, "apply_gradients", *grads)
-            if p.target_kl is not None and b.get(b.call(learner, "epoch_kl", k)) > p.target_kl:
-                break
-        return b.get(b.call(learner, "end_dppo"))
 
     def get_state(self) -> dict[str, Any]:
         b = self.backend

@@ -7,6 +7,7 @@ arXiv:1707.02286). Both paths go through :meth:`_step`, so clipping and schedule
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from hdppo.platform.backend import call_service, make_backend
 from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from hdppo.platform.config import Config
 from hdppo.platform.diagnostics import divergences, mean_pairwise_cosine, pool_moments
+from hdppo.platform.messages import GradientResult, UpdateResult
 from hdppo.policies.compression import decompress, wire_nbytes
 from hdppo.policies.bonuses import make_bonus
 from hdppo.policies.networks import ActorCritic
@@ -140,12 +142,11 @@ class Learner:
             lags.append(lag[keep])
         return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), dropped
 
-    def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> dict[str, float]:
+    def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> UpdateResult:
         t0 = time.perf_counter()
         fresh, lags, dropped = self._fresh_samples(self._mine(rollouts))
         if not fresh:
-            return {M.PERF_DROPPED_STALE: float(dropped), "_env_steps": float(self.env_steps),
-                    "_version": float(self.version)}
+            return UpdateResult({M.PERF_DROPPED_STALE: float(dropped)}, self.env_steps, self.version)
         rollouts = tuple(fresh)
         stats = [r.stats for r in rollouts]
         coefs = self.coefficients()
@@ -171,14 +172,15 @@ class Learner:
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
                 break
-        out = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.bonus is None, lags=lags)
+        result = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.bonus is None, lags=lags)
+        out = result.metrics
         out[M.PERF_DROPPED_STALE] = float(dropped)
         if cosine is not None:
             out[M.DIAG_GRAD_COSINE] = cosine
         if self.bonus is not None:  # trained on the same states, epochs and minibatch count; published with them
             out[M.LOSS_RND] = self.bonus.train(tb.obs, self.layer.ppo.num_epochs, k, self._rng)
             self.publish()
-        return out
+        return result
 
     def _central_agreement(self, rollouts: tuple, adv_mean: float, adv_std: float, entropy_coeff: float) -> float | None:
         """Mean pairwise cosine of the workers' gradients at the update's start weights, each on
@@ -201,6 +203,10 @@ class Learner:
         """Start an update from the workers' reports: the weights to differentiate at, the
         whole-batch advantage moments, and the coefficients for this update."""
         stats = tuple(self._mine(stats))
+        # What abort_dppo restores if a worker dies during the update (the group then restarts it
+        # with the survivors): nothing of the aborted attempt's samples or steps may count.
+        self._rollback = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()),
+                          self.env_steps, self.obs_stats.to_state(), self.reward_stats.to_state())
         self._pending = (list(stats), self.coefficients(), time.perf_counter())
         self._dppo_logs: list[dict[str, float]] = []
         self._grad_bytes = 0
@@ -214,20 +220,20 @@ class Learner:
         return {"weights": [self._put(self.weights())], "adv_mean": adv_mean, "adv_std": adv_std,
                 "entropy_coeff": self._pending[1]["entropy_coeff"], "logs": []}
 
-    def apply_gradients(self, *results: tuple[list[torch.Tensor] | bytes, int, dict]) -> dict[str, torch.Tensor]:
+    def apply_gradients(self, *results: GradientResult) -> dict[str, torch.Tensor]:
         """Average the workers' gradients (by sample count, or by count and trajectory quality with
         ``dppo.aggregate: quality``), step, and return the new weights
         (on Ray, the return value is stored once and every worker reads that one object).
         A gradient may arrive compressed (bytes, see hdppo.policies.compression)."""
         shapes = [tuple(p.shape) for p in self.params]
-        dense = [decompress(r[0], shapes) if isinstance(r[0], bytes) else r[0] for r in results]
-        self._grad_bytes += sum(self._message_bytes(r[0]) for r in results)
+        dense = [decompress(r.grads, shapes) if isinstance(r.grads, bytes) else r.grads for r in results]
+        self._grad_bytes += sum(self._message_bytes(r.grads) for r in results)
         weights = self._agg_weights if self._agg_weights is not None and len(self._agg_weights) == len(results) \
-            else [r[1] for r in results]
+            else [r.num_samples for r in results]
         grads = average_gradients(dense, weights)
         norm = self._step(grads, self._pending[1]["lr"])
-        n = sum(r[1] for r in results)
-        info = {k: sum(r[2][k] * r[1] for r in results) / n for k in results[0][2]} | {"grad_norm": norm}
+        n = sum(r.num_samples for r in results)
+        info = {k: sum(r.info[k] * r.num_samples for r in results) / n for k in results[0].info} | {"grad_norm": norm}
         if len(dense) > 1:  # the workers' gradients are here anyway: their agreement costs one matmul
             info["grad_cosine"] = mean_pairwise_cosine(dense)
         self._dppo_logs.append(info)
@@ -247,16 +253,27 @@ class Learner:
         """Mean approximate KL of the last epoch's steps (for the KL early stop)."""
         return float(np.mean([log["approx_kl"] for log in self._dppo_logs[-steps_per_epoch:]]))
 
-    def end_dppo(self) -> dict[str, float]:
+    def end_dppo(self) -> UpdateResult:
         stats, coefs, t0 = self._pending
         logs, self._dppo_logs = self._dppo_logs, []
-        out = self._finish(stats, logs, coefs, time.perf_counter() - t0)
-        out[M.PERF_GRAD_BYTES] = float(self._grad_bytes)
-        return out
+        result = self._finish(stats, logs, coefs, time.perf_counter() - t0)
+        result.metrics[M.PERF_GRAD_BYTES] = float(self._grad_bytes)
+        return result
+
+    def abort_dppo(self) -> int:
+        """Undo the update begun by :meth:`begin_dppo` (a worker died during it): weights, optimizer,
+        counters and normalizer statistics as they were. Returns the version (unchanged)."""
+        policy, optimizer, self.env_steps, obs_stats, reward_stats = self._rollback
+        self.policy.load_state_dict(policy)
+        self.optimizer.load_state_dict(optimizer)
+        self.obs_stats = RunningStats.from_state(obs_stats)
+        self.reward_stats = RunningStats.from_state(reward_stats)
+        self._dppo_logs, self._grad_bytes = [], 0
+        return self.version
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float,
-                publish: bool = True, lags: np.ndarray | None = None) -> dict[str, float]:
+                publish: bool = True, lags: np.ndarray | None = None) -> UpdateResult:
         self.version += 1
         self.updates += 1
         if publish:
@@ -275,12 +292,10 @@ class Learner:
         if any(s.bonus_mean for s in stats):
             out[M.CHART_EXPLORATION_BONUS] = float(np.mean([s.bonus_mean for s in stats]))
         counts = [s.command_counts for s in stats if s.command_counts]
-        if counts:
-            total = np.sum(counts, axis=0)
-            out["_command_counts"] = total.tolist()  # type: ignore[assignment]
         if any("grad_cosine" in entry for entry in logs):
             out[M.DIAG_GRAD_COSINE] = float(np.mean([e["grad_cosine"] for e in logs if "grad_cosine" in e]))
-        out |= _worker_diagnostics(stats)
+        divergence, coverage = _worker_diagnostics(stats)
+        out |= divergence
         out[M.PERF_SAMPLES] = float(sum(s.num_samples for s in stats))
         per_worker: dict[int, int] = {}
         for s in stats:  # with dynamic batching (sync soft/async) faster workers contribute more
@@ -293,13 +308,12 @@ class Learner:
             out[M.CHART_EPISODIC_RETURN] = float(np.mean(returns))
             out[M.CHART_EPISODE_LENGTH] = float(np.mean(lengths))
         out[M.CHART_EPISODES] = float(len(returns))
-        out["_env_steps"] = float(self.env_steps)
-        out["_version"] = float(self.version)
         if lags is None:  # mode dppo: a rollout acts with one version throughout
             lags = np.concatenate([np.full(s.num_samples, self.version - 1 - s.version) for s in stats])
         out[M.PERF_MAX_STALENESS] = float(lags.max()) if lags.size else 0.0
         out[M.PERF_MEAN_STALENESS] = float(lags.mean()) if lags.size else 0.0
-        return out
+        return UpdateResult(out, self.env_steps, self.version,
+                            np.sum(counts, axis=0).tolist() if counts else None, coverage)
 
     # -- checkpoints ---------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -331,9 +345,10 @@ class Learner:
         return self.publish()
 
 
-def _worker_diagnostics(stats: list[RolloutStats]) -> dict[str, Any]:
-    """Each worker's observation and action divergence from the pool; the coverage sample."""
-    out: dict[str, Any] = {}
+def _worker_diagnostics(stats: list[RolloutStats]) -> tuple[dict[str, float], tuple | None]:
+    """Each worker's observation and action divergence from the pool; the coverage sample
+    (states and the worker of each), or None."""
+    out: dict[str, float] = {}
     by_worker: dict[int, list[RolloutStats]] = {}
     for s in stats:
         by_worker.setdefault(s.worker, []).append(s)
@@ -351,9 +366,9 @@ def _worker_diagnostics(stats: list[RolloutStats]) -> dict[str, Any]:
         for w, d in zip(by_worker, div):
             out[f"{tag}/{w}"] = d
     cov = [(s.coverage, s.worker) for s in stats if s.coverage is not None]
-    if cov:
-        out["_coverage"] = (np.concatenate([c for c, _ in cov]), np.concatenate([np.full(len(c), w) for c, w in cov]))
-    return out
+    if not cov:
+        return out, None
+    return out, (np.concatenate([c for c, _ in cov]), np.concatenate([np.full(len(c), w) for c, w in cov]))
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -24,6 +24,7 @@ from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
 from hdppo.platform.config import Config, rollout_length, worker_quota
 from hdppo.platform.diagnostics import moments
+from hdppo.platform.messages import GradientResult
 from hdppo.policies.compression import compress
 from hdppo.policies.exploration import RND, CountBonus, RNDBonus
 from hdppo.policies.gae import compute_gae
@@ -288,7 +289,7 @@ class RolloutWorker:
     # -- mode dppo -----------------------------------------------------------------------------
     def gradient(self, weights: Any, epoch: int, minibatch: int, num_minibatches: int,
                  adv_mean: float, adv_std: float, entropy_coeff: float,
-                 layer: str | None = None) -> tuple[list[torch.Tensor], int, dict]:
+                 layer: str | None = None) -> GradientResult:
         """Gradient of the mean loss on this worker's share of minibatch ``minibatch`` of ``epoch``."""
         name = layer or self.layers[0]
         batch = self._last[name]
@@ -307,7 +308,7 @@ class RolloutWorker:
         if scheme != "none":
             # Error feedback: what this worker's quantiser lost is added to its next message.
             grads, self._residuals[name] = compress(grads, scheme, self._residuals.get(name))
-        return grads, len(idx), info
+        return GradientResult(grads, len(idx), info)
 
     # -- state ---------------------------------------------------------------------------------
     def get_state(self) -> dict:

@@ -200,7 +200,7 @@ def trial_bundles(cfg: Config, cpus: float) -> list[dict[str, float]]:
         return []
     bundles: list[dict[str, float]] = []
     for names, workers, share in plan_groups(cfg, cpus):
-        learner, worker = group_cpus(share, workers, cfg.layer(names[0]).dppo.worker_cpus, len(names))
+        learner, worker = group_cpus(share, workers, cfg.group_dppo(names).worker_cpus, len(names))
         bundles += [{"CPU": learner} for _ in names] + [{"CPU": worker} for _ in range(workers)]
     return bundles
 

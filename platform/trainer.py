@@ -26,6 +26,7 @@ from hdppo.platform.errors import CheckpointError, ConfigError
 from hdppo.platform.evaluation import evaluate
 from hdppo.platform.group import DPPOGroup
 from hdppo.platform.learner import Learner
+from hdppo.platform.messages import UpdateResult
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.progress import Progress
 from hdppo.platform.rollout_worker import make_env_fn
@@ -55,7 +56,7 @@ def plan_groups(cfg: Config, total_cpus: float) -> list[tuple[list[str], int, fl
     share = total_cpus / max(len(layer_groups), 1)
     plan = []
     for names in layer_groups:
-        asked = cfg.layer(names[0]).dppo.num_workers
+        asked = cfg.group_dppo(names).num_workers
         plan.append((names, max(1, min(asked, int(share))) if cfg.ray.backend == "ray" else asked, share))
     return plan
 
@@ -118,7 +119,7 @@ class Trainer:
                 self.fixed[name] = Learner(self.cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                            self.service, self.backend.name, dims[name].get("critic_dim"))
         for names, workers, share in plan_groups(self.cfg, total_cpus):
-            d = self.cfg.layer(names[0]).dppo
+            d = self.cfg.group_dppo(names)
             if workers < d.num_workers and not self.quiet:
                 print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
                       f"(capped at its share, {share:g}, of the {total_cpus:g} CPUs Ray reports)", flush=True)
@@ -186,7 +187,7 @@ class Trainer:
                 return False
         return True
 
-    def _iterate(self, groups: list[DPPOGroup]) -> list[dict[str, dict[str, float]]]:
+    def _iterate(self, groups: list[DPPOGroup]) -> list[dict[str, UpdateResult]]:
         """One update of each group; on Ray the groups run at the same time."""
         if self.backend.name == "ray" and len(groups) > 1:
             from concurrent.futures import ThreadPoolExecutor
@@ -234,14 +235,13 @@ class Trainer:
                     raise ConfigError("schedule.start_after: no layer can start (the gates wait on each other). "
                                       "Let at least one trained layer start without start_after.")
                 for group, out in zip(ready, self._iterate(ready)):
-                    for layer, values in out.items():
-                        counts = values.pop("_command_counts", None)
-                        coverage = values.pop("_coverage", None)
+                    for layer, result in out.items():
+                        values = result.metrics
                         self.metrics.scalars(layer, int(group.env_steps), values)
-                        if counts:
-                            self.metrics.command_histogram(layer, int(group.env_steps), counts)
-                        if coverage is not None:
-                            self.metrics.coverage(layer, int(group.env_steps), *coverage)
+                        if result.command_counts:
+                            self.metrics.command_histogram(layer, int(group.env_steps), result.command_counts)
+                        if result.coverage is not None:
+                            self.metrics.coverage(layer, int(group.env_steps), *result.coverage)
                         self.last[layer] = values
                         last_return = values.get(M.CHART_EPISODIC_RETURN, last_return)
                         for hook in self.hooks:

@@ -8,6 +8,7 @@ from hdppo.platform.batch import Batch, advantage_moments
 from hdppo.platform.config import validate
 from hdppo.platform.group import DPPOGroup
 from hdppo.platform.learner import Learner
+from hdppo.platform.messages import GradientResult
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.rollout_worker import RolloutWorker
 from hdppo.policies.ppo_update import average_gradients
@@ -35,8 +36,8 @@ def test_dppo_gradient_equals_central_gradient_discrete():
     mean, std = advantage_moments(stats)
     central = learner.gradient(Batch.concat([r.batch for r in rollouts]), mean, std, 0.01)
     parts = [w.gradient(learner.weights(), 0, 0, 1, mean, std, 0.01) for w in workers]
-    assert [p[1] for p in parts] == [len(r.batch) for r in rollouts]
-    _assert_same(average_gradients([p[0] for p in parts], [p[1] for p in parts]), central)
+    assert [p.num_samples for p in parts] == [len(r.batch) for r in rollouts]
+    _assert_same(average_gradients([p.grads for p in parts], [p.num_samples for p in parts]), central)
     assert any(g.abs().sum() > 0 for g in central)
 
 
@@ -51,7 +52,7 @@ def test_dppo_gradient_equals_central_gradient_continuous_minibatch():
         perm = np.random.default_rng((w.cfg.train.seed, w.index, w.versions["control"], 2)).permutation(len(r.batch))
         pieces.append(r.batch.take(np.array_split(perm, 4)[1]))
     central = learner.gradient(Batch.concat(pieces), mean, std, 0.005)
-    _assert_same(average_gradients([p[0] for p in parts], [p[1] for p in parts]), central)
+    _assert_same(average_gradients([p.grads for p in parts], [p.num_samples for p in parts]), central)
 
 
 def test_one_dppo_step_equals_one_central_step():
@@ -76,9 +77,11 @@ def test_both_modes_run_a_full_group_update():
         dims = {"control": {"obs_dim": 4, "action_space": __import__("gymnasium").spaces.Discrete(2)}}
         group = DPPOGroup(cfg, ["control"], LocalBackend(), svc, dims, 2, 2.0)
         before = svc.latest("control")["weights"][0]
-        out = group.iteration()["control"]
+        result = group.iteration()["control"]
+        out = result.metrics
         after = svc.latest("control")
-        assert after["version"] == 1 and out["_env_steps"] == 256
+        assert after["version"] == 1 and result.version == 1 and result.env_steps == 256
+        assert not any(k.startswith("_") for k in out)  # metrics only: control data travels in the fields
         assert out["perf/sgd_steps"] == 2 * 4
         assert any(not torch.equal(before[k], after["weights"][0][k]) for k in before)
         assert np.isfinite(out["losses/policy"]) and out["perf/env_steps_per_s"] > 0
@@ -101,7 +104,7 @@ def test_quality_aggregation_weights_the_better_worker_more():
     grads = [[torch.randn_like(p) for p in quality.policy.parameters()] for _ in range(2)]
     for lrn in (quality, plain):
         lrn.begin_dppo(*stats)
-        lrn.apply_gradients(*[(g, 100, {"policy": 0.0, "value": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0})
+        lrn.apply_gradients(*[GradientResult(g, 100, dict.fromkeys(("policy", "value", "entropy", "approx_kl", "clipfrac"), 0.0))
                               for g in grads])
     w = quality_weights([100, 100], [1.0, 3.0], 1.0)
     assert w[1] > 0.8  # the worker with the better returns dominates
@@ -109,7 +112,7 @@ def test_quality_aggregation_weights_the_better_worker_more():
     ref = learner("samples")
     ref.begin_dppo(*stats)
     ref._agg_weights = w
-    ref.apply_gradients(*[(g, 100, {"policy": 0.0, "value": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0})
+    ref.apply_gradients(*[GradientResult(g, 100, dict.fromkeys(("policy", "value", "entropy", "approx_kl", "clipfrac"), 0.0))
                           for g in grads])
     for a, b, c in zip(quality.policy.parameters(), ref.policy.parameters(), plain.policy.parameters()):
         torch.testing.assert_close(a, b)

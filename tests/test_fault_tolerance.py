@@ -75,3 +75,100 @@ def test_streaming_modes_replace_failed_workers_without_counting_twice(ray_sessi
     rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
     samples = sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES)
     assert samples == summary["env_steps"] >= 2560
+
+
+# -- mode dppo: the samples stay on the workers, so a worker lost mid-update takes its shard with it
+
+def _dppo_cfg(backend, env=None):
+    cfg = _cfg(None, backend, env)
+    cfg.layers[0].dppo.mode = "dppo"
+    return cfg
+
+
+def _replaced_metric(run_dir):
+    return [r["value"] for r in M.read_jsonl(run_dir / "metrics.jsonl") if r["tag"] == M.PERF_WORKERS_REPLACED]
+
+
+def _samples_and_steps(run_dir, summary):
+    rows = M.read_jsonl(run_dir / "metrics.jsonl")
+    return sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES), summary["env_steps"]
+
+
+def test_dppo_mode_replaces_a_worker_whose_env_raises(tmp_path):
+    env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed")}}
+    trainer = Trainer(_dppo_cfg("local", env), tmp_path / "run", quiet=True)
+    try:
+        summary = trainer.train()
+        assert trainer.groups[0].replaced == 1
+    finally:
+        trainer.shutdown()
+    replaced = _replaced_metric(tmp_path / "run")
+    assert replaced[0] == 0 and replaced[-1] == 1
+    samples, steps = _samples_and_steps(tmp_path / "run", summary)
+    assert samples == steps >= 2560
+
+
+def test_dppo_mode_redoes_an_update_when_a_worker_fails_during_it(tmp_path, monkeypatch):
+    """Local backend, a gradient call that raises in the middle of the second update: the learner
+    undoes that update's steps and redoes it with the other worker; nothing counts twice."""
+    from hdppo.platform.rollout_worker import RolloutWorker
+
+    real, calls = RolloutWorker.gradient, []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(self.index)
+        if len(calls) == 37:  # update 1 takes 2 workers x 2 epochs x 8 minibatches = 32 calls
+            raise RuntimeError("worker lost mid-update")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RolloutWorker, "gradient", flaky)
+    trainer = Trainer(_dppo_cfg("local"), tmp_path / "run", quiet=True)
+    try:
+        summary = trainer.train()
+        assert trainer.groups[0].replaced == 1
+    finally:
+        trainer.shutdown()
+    assert _replaced_metric(tmp_path / "run")[:2] == [0, 1]
+    samples, steps = _samples_and_steps(tmp_path / "run", summary)
+    assert samples == steps >= 2560
+    assert summary["eval_return_mean"] > 0
+
+
+@pytest.mark.parametrize("when", ["between_updates", "mid_update"])
+def test_dppo_mode_replaces_a_killed_worker(ray_session, tmp_path, when):
+    """Ray: worker 0's actor is killed after the first update (its next statistics call fails), or
+    right before one of its gradient calls of the second update (the update is redone)."""
+    import ray
+
+    killed = []
+    trainer = Trainer(_dppo_cfg("ray"), tmp_path / "run", quiet=True)
+
+    def kill_once(trainer, layer, step, metrics):
+        if not killed and when == "between_updates":
+            killed.append(trainer.groups[0].workers[0])
+            ray.kill(killed[0])
+
+    trainer.hooks.append(kill_once)
+    if when == "mid_update":
+        real_call, grads = trainer.backend.call, []
+
+        def call(handle, method, *args):
+            if method == "gradient" and not killed:
+                grads.append(handle)
+                if len(grads) == 32 + 5 and handle is trainer.groups[0].workers[0]:
+                    killed.append(handle)
+                    ray.kill(handle)
+                elif len(grads) == 32 + 5:
+                    grads.pop()  # wait for worker 0's turn
+            return real_call(handle, method, *args)
+
+        trainer.backend.call = call
+    try:
+        summary = trainer.train()
+        assert killed and trainer.groups[0].replaced == 1 and trainer.groups[0].workers[0] is not killed[0]
+    finally:
+        trainer.shutdown()
+    replaced = _replaced_metric(tmp_path / "run")
+    assert replaced[0] == 0 and replaced[-1] == 1
+    samples, steps = _samples_and_steps(tmp_path / "run", summary)
+    assert samples == steps >= 2560

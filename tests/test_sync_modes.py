@@ -96,7 +96,7 @@ def test_samples_older_than_max_lag_are_never_used(rule):
     assert lags.tolist() == [0, 1, 2] and kept[0].batch.versions.tolist() == [10, 9, 8]
     expect = [1, 1, 1] if rule == "drop" else [1, 0.5, 0.25]
     assert kept[0].batch.weights.tolist() == expect
-    out = learner.update_central(_rollout([10, 9, 8, 7, 3]))
+    out = learner.update_central(_rollout([10, 9, 8, 7, 3])).metrics
     assert out[M.PERF_MAX_STALENESS] == 2 and out[M.PERF_DROPPED_STALE] == 2
 
 
@@ -126,12 +126,48 @@ def test_streaming_modes_learn_within_the_staleness_bound(ray_session, tmp_path,
     assert summary["eval_return_mean"] >= 150, summary  # CartPole learns (random: about 20)
 
 
-def test_soft_mode_refreshes_weights_inside_a_rollout(tmp_path):
-    """Local backend: each chunk spans several versions when refresh_every is short."""
-    cfg = _cfg(total=6_000, sync="soft", refresh_every=4, chunks_per_worker=1, max_lag=3)
-    _, rows = _train(cfg, tmp_path / "run", "local")
-    mean = [r["value"] for r in rows if r["tag"] == M.PERF_MEAN_STALENESS]
-    assert mean and all(0 <= m <= 3 for m in mean)
+def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
+    """On Ray the learner publishes while the workers sample: a soft-mode chunk collected during an
+    update changes weights in the middle (its samples' recorded versions differ), and a sync-mode
+    rollout never does. (In one process this cannot happen: nothing publishes during a rollout.)"""
+    import gymnasium as gym
+
+    from hdppo.platform.backend import RayBackend
+    from hdppo.platform.group import DPPOGroup
+
+    def chunks(sync):
+        # Slow steps (2 ms) and long chunks (160 steps) against a short update: each chunk in
+        # flight during an update sees the update's new version at its next refresh.
+        cfg = validate(tiny_config(
+            env={"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": 2, "max_steps": 50}},
+            layers=[{"ppo": {"minibatch_size": 160, "num_epochs": 1},
+                     "dppo": {"num_workers": 2, "num_envs_per_worker": 1, "train_batch_size": 320, "sync": sync,
+                              "chunks_per_worker": 1, "refresh_every": 4, "max_lag": 3}}]))
+        b = RayBackend()
+        service = b.make(ParameterService, num_cpus=0)
+        dims = {"control": {"obs_dim": 4, "action_space": gym.spaces.Discrete(2)}}
+        group = DPPOGroup(cfg, ["control"], b, service, dims, 2, 2.0)
+        seen = []
+        collect = group.sync.collect
+
+        def recording(g):  # the strategy's own collect, its results kept for the test
+            refs, sources = collect(g)
+            seen.extend(refs)
+            return refs, sources
+
+        group.sync.collect = recording
+        try:
+            for _ in range(4):
+                group.iteration()
+            return [ray_session.get(ref)["control"].batch.versions for ref in seen]
+        finally:
+            group.shutdown()
+            b.kill(service)
+
+    soft = chunks("soft")
+    assert any(len(set(v.tolist())) > 1 for v in soft), [sorted(set(v.tolist())) for v in soft]
+    assert all(np.all(np.diff(v.reshape(-1)) >= 0) for v in soft)  # refreshed forward, in order
+    assert all(len(set(v.tolist())) == 1 for v in chunks("sync"))
 
 
 def test_dynamic_batching_lets_fast_workers_contribute_more(ray_session, tmp_path):
@@ -162,3 +198,113 @@ def test_hierarchy_trains_in_soft_mode(tmp_path):
         lags = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_MAX_STALENESS]
         assert lags and max(lags) <= layer.dppo.max_lag
     assert summary["env_steps"] >= 4000
+
+
+# -- the strategies and their registry ---------------------------------------------------------
+
+def test_every_mode_is_found_through_the_registry():
+    from hdppo.platform.backend import LocalBackend
+    from hdppo.platform.group import DPPOGroup
+    from hdppo.platform.sync_modes import SYNC_MODES
+    from hdppo.platform.sync_modes.async_mode import Async
+    from hdppo.platform.sync_modes.barrier import Barrier
+    from hdppo.platform.sync_modes.pipeline import Pipeline
+    from hdppo.platform.sync_modes.soft import Soft
+
+    expect = {"sync": Barrier, "pipeline": Pipeline, "soft": Soft, "async": Async}
+    for name, cls in expect.items():
+        assert SYNC_MODES[name] is cls and cls.name == name
+        cfg = _cfg(sync=name)
+        dims = {"control": {"obs_dim": 4, "action_space": __import__("gymnasium").spaces.Discrete(2)}}
+        group = DPPOGroup(cfg, ["control"], LocalBackend(), ParameterService(), dims, 2, 2.0)
+        assert type(group.sync) is cls
+        assert cfg.layers[0].dppo.streaming == (name in ("soft", "async"))
+    with pytest.raises(ConfigError, match="unknown sync mode 'bogus'; registered: async, pipeline, soft, sync"):
+        _cfg(sync="bogus")
+
+
+def test_pipeline_flag_is_an_alias_of_sync_pipeline():
+    assert _cfg(pipeline=True).layers[0].dppo.sync == "pipeline"
+    assert _cfg(sync="pipeline").layers[0].dppo.sync == "pipeline"
+    with pytest.raises(ConfigError, match=r"layers\[0\]\.dppo: pipeline: true .* contradicts sync: soft"):
+        _cfg(pipeline=True, sync="soft")
+    with pytest.raises(ConfigError, match="dppo.sync pipeline needs dppo.mode 'central'"):
+        _cfg(sync="pipeline", mode="dppo")
+
+
+@pytest.fixture
+def round_robin():
+    """A sync mode defined here, in the test file: each update takes one worker's rollout, in turn."""
+    from hdppo.platform.sync_modes import SYNC_MODES, SyncMode, register
+
+    @register("round_robin")
+    class RoundRobin(SyncMode):
+        calls = 0
+
+        def collect(self, group):
+            i = RoundRobin.calls % len(group.workers)
+            RoundRobin.calls += 1
+            call = group.sample(i)
+            return [call.ref], [call.source]
+
+    yield RoundRobin
+    del SYNC_MODES["round_robin"]
+
+
+def test_a_mode_registered_from_a_test_file_is_used_by_the_group(tmp_path, round_robin):
+    cfg = _cfg(total=1024, sync="round_robin")
+    cfg.train.eval_episodes = 0
+    summary, rows = _train(cfg, tmp_path / "run", "local")
+    per_update = [(r["step"], r["tag"]) for r in rows if r["tag"].startswith(M.PERF_WORKER_SAMPLES + "/")]
+    assert round_robin.calls == 2 and summary["env_steps"] == 1024  # two updates of one 512-sample rollout
+    assert [tag for _, tag in per_update] == [f"{M.PERF_WORKER_SAMPLES}/0", f"{M.PERF_WORKER_SAMPLES}/1"]
+
+
+class _FakeGroup:
+    """What a sync mode sees of a group: workers, a backend, sample(i), the dppo settings."""
+
+    def __init__(self, n, chunks=1):
+        from hdppo.platform.backend import LocalBackend
+
+        self.workers = list(range(n))
+        self.generation = [0] * n
+        self.backend = LocalBackend()
+        self.dppo = _cfg(sync="soft", chunks_per_worker=chunks).layers[0].dppo
+        self.issued = []
+
+    def sample(self, i):
+        from hdppo.platform.sync_modes import Call
+
+        self.issued.append((i, self.generation[i]))
+        return Call(f"rollout {len(self.issued)} of worker {i}", (i, self.generation[i]))
+
+
+def test_pipeline_reissues_a_failed_workers_call_and_follows_resizes():
+    from hdppo.platform.sync_modes import make_sync_mode
+
+    g, mode = _FakeGroup(2), make_sync_mode("pipeline")
+    refs, sources = mode.collect(g)
+    assert sources == [(0, 0), (1, 0)] and sorted(g.issued) == [(0, 0), (0, 0), (1, 0), (1, 0)]  # the next ones started
+    g.generation[1] = 7  # worker 1 replaced: its call in flight is issued again, to the new one
+    mode.on_worker_failure(g, 1, RuntimeError("dead"))
+    assert mode.collect(g)[1] == [(0, 0), (1, 7)]
+    g.workers.append(2)
+    g.generation.append(0)
+    mode.on_resize(g, 3)
+    assert mode.collect(g)[1] == [(0, 0), (1, 7), (2, 0)]
+    del g.workers[1:], g.generation[1:]
+    mode.on_resize(g, 1)
+    assert mode.collect(g)[1] == [(0, 0)]
+
+
+def test_streaming_modes_forget_removed_workers():
+    from hdppo.platform.sync_modes import make_sync_mode
+
+    g, soft = _FakeGroup(3, chunks=2), make_sync_mode("soft")
+    refs, sources = soft.collect(g)
+    assert len(refs) == 6 and {i for i, _ in sources} == {0, 1, 2}
+    del g.workers[2], g.generation[2]
+    soft.on_resize(g, 2)
+    assert all(i < 2 for i, _ in soft.collect(g)[1])
+    asyn = make_sync_mode("async")
+    assert len(asyn.collect(g)[0]) >= 1 and all(i < 2 for i, _ in asyn.collect(g)[1])

@@ -1,0 +1,296 @@
+"""What the side-by-side benchmarks share: the PPO settings, hdppo configs, throughput from a run's
+``metrics.jsonl``, sampling with inference (no learning), and the table/result plumbing.
+
+``throughput.py`` (flat Gymnasium envs) and ``multiagent.py`` (PettingZoo envs) both use it; the
+baselines live in ``raw_env_limit.py``, ``rllib_ppo.py``, ``sb3_ppo.py``, and the hdppo of an older
+commit in ``old_commit.py``.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """The PPO settings every framework gets in one comparison (CleanRL-like MuJoCo defaults)."""
+
+    num_workers: int = 2
+    envs_per_worker: int = 4
+    train_batch: int = 4000     # samples per update (agent steps for a multi-agent env)
+    minibatch: int = 512
+    epochs: int = 5
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    lr: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    vf_coeff: float = 0.5
+    entropy_coeff: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self, batch: bool = True) -> str:
+        return (f"{self.num_workers} workers x {self.envs_per_worker} envs, "
+                f"{f'train batch {self.train_batch}, ' if batch else ''}minibatch {self.minibatch}, {self.epochs} epochs, MLP {self.hidden} {self.activation}, "
+                f"lr {self.lr}, gamma {self.gamma}, lambda {self.gae_lambda}, clip {self.clip}, "
+                f"vf coeff {self.vf_coeff}, entropy {self.entropy_coeff}")
+
+
+# ----------------------------------------------------------------------------- hdppo configs
+
+def hdppo_layer(s: PPOSettings, name: str = "control", mode: str = "central", **extra) -> dict:
+    """One hdppo layer with the settings ``s``; ``mode`` is central, pipeline, soft or dppo."""
+    layer = {
+        "name": name,
+        "policy": {"hidden": list(s.hidden), "activation": s.activation},
+        "ppo": {"minibatch_size": s.minibatch, "num_epochs": s.epochs, "lr": s.lr, "lr_schedule": "constant",
+                "gamma": s.gamma, "gae_lambda": s.gae_lambda, "clip": s.clip, "vf_coeff": s.vf_coeff,
+                "entropy_coeff": s.entropy_coeff, "entropy_coeff_final": s.entropy_coeff},
+        "dppo": {"mode": "dppo" if mode == "dppo" else "central", "pipeline": mode == "pipeline",
+                 "sync": "soft" if mode == "soft" else "sync",
+                 "num_workers": s.num_workers, "num_envs_per_worker": s.envs_per_worker,
+                 "train_batch_size": s.train_batch},
+    }
+    layer.update(extra)
+    return layer
+
+
+def hdppo_config(name: str, env: dict, layers: list[dict], total_env_steps: int, seed: int = 0,
+                 eval_episodes: int = 0, ray_cpus: int | None = None) -> dict:
+    cfg = {
+        "name": name,
+        "env": env,
+        "layers": layers,
+        # checkpoint_every larger than the run: only the final checkpoint, after the timed updates.
+        "train": {"total_env_steps": int(total_env_steps), "seed": seed, "checkpoint_every": 1_000_000,
+                  "eval_episodes": eval_episodes},
+    }
+    if ray_cpus:
+        cfg["ray"] = {"num_cpus": ray_cpus}
+    return cfg
+
+
+# ----------------------------------------------------------------------------- throughput from a run
+
+def throughput_from_metrics(path: Path, warmup: int, layer: str | None = None) -> dict:
+    """Whole-iteration env steps/s after ``warmup`` updates, from a run's metrics.jsonl.
+
+    ``layer`` picks one layer's records (a hierarchy logs one set per trained layer); by default
+    the first layer that logged ``perf/env_steps_per_s``. Agent steps/s come from the
+    ``perf/samples`` records (samples per update) where the run logs them.
+    """
+    recs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if layer is None:
+        layer = next((r.get("layer") for r in recs if r["tag"] == "perf/env_steps_per_s"), None)
+    recs = [r for r in recs if r.get("layer") == layer]
+    per_update = sorted((r for r in recs if r["tag"] == "perf/env_steps_per_s"), key=lambda r: r["step"])
+    by_tag: dict[str, list[float]] = {}
+    for r in sorted(recs, key=lambda r: r["step"]):
+        by_tag.setdefault(r["tag"], []).append(r["value"])
+    if len(per_update) <= warmup:
+        raise RuntimeError(f"{path}: only {len(per_update)} updates logged, need more than warmup={warmup}")
+    w = per_update[warmup - 1] if warmup > 0 else None
+    last = per_update[-1]
+    timed = per_update[warmup:]
+    if w is None:  # no warm-up: fall back to the first update's own duration for the start time
+        first = timed[0]
+        t0 = first["time"] - first["step"] / first["value"]
+        s0 = 0
+    else:
+        t0, s0 = w["time"], w["step"]
+    wall = last["time"] - t0
+    steps = last["step"] - s0
+
+    def mean_after(tag: str) -> float | None:
+        vals = by_tag.get(tag, [])[warmup:]
+        return round(statistics.fmean(vals), 4) if vals else None
+
+    out = {
+        "env_steps_per_s": round(steps / wall, 1),
+        "env_steps": int(steps),
+        "wall_s": round(wall, 2),
+        "updates_timed": len(timed),
+        "layer": layer,
+        # cross-check: mean of hdppo's own per-update figure (iteration wall only, no logging)
+        "perf_env_steps_per_s_mean": round(statistics.fmean(r["value"] for r in timed), 1),
+        "sample_s_mean": mean_after("perf/sample_s"),
+        "update_s_mean": mean_after("perf/update_s"),
+    }
+    samples = by_tag.get("perf/samples", [])[warmup:]
+    if samples:
+        out["agent_steps"] = int(sum(samples))
+        out["agent_steps_per_s"] = round(sum(samples) / wall, 1)
+    return out
+
+
+# ----------------------------------------------------------------------------- sampling with inference
+
+class SamplerStepper:
+    """One hdppo ``RolloutWorker`` (inference, GAE, normalizers; no learner) in its own process.
+
+    Made by ``raw_env_limit.run_per_core`` like the raw steppers: ``step()`` is one
+    ``worker.sample()`` and returns (env steps, agent samples) it collected.
+    """
+
+    check_every = 1  # one sample() is many env steps: look at the clock after each
+
+    def __init__(self, cfg_dict: dict, layer: str, num_workers: int, seed: int):
+        from hdppo.platform.config import validate
+        from hdppo.platform.parameter_service import ParameterService
+        from hdppo.platform.rollout_worker import RolloutWorker
+
+        cfg = validate(cfg_dict, source="sampling benchmark")
+        self.layer = layer
+        self.worker = RolloutWorker(cfg, [layer], seed - 1000, num_workers, ParameterService())
+        self.step()  # warm-up: first forward passes and env resets, outside the clock
+
+    def step(self) -> tuple[int, int]:
+        rollout = self.worker.sample()[self.layer]
+        return int(rollout.stats.env_steps), len(rollout.batch)
+
+    def close(self) -> None:
+        close = getattr(self.worker, "close", None)
+        if callable(close):
+            close()
+
+
+def sampling_steps_per_s(cfg_dict: dict, layer: str = "control", seconds: float = 10.0,
+                         procs: int | None = None) -> dict:
+    """Env and agent steps/s of one RolloutWorker per process (default one per core), no learning.
+
+    Each worker is told it is one of ``procs`` workers, so its rollouts have the length they have
+    in training with that many workers.
+    """
+    from raw_env_limit import run_per_core
+
+    import os
+    procs = procs or os.cpu_count() or 1
+    procs, per_proc = run_per_core(SamplerStepper, (cfg_dict, layer, procs), seconds, procs)
+    return {"procs": procs, "env_steps_per_s": round(sum(e for e, _ in per_proc), 1),
+            "agent_steps_per_s": round(sum(a for _, a in per_proc), 1),
+            "per_proc_agent_steps_per_s": [round(a, 1) for _, a in per_proc]}
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+def add_budget_args(ap, stem: str, parts: tuple[str, ...], iterations: int, warmup: int,
+                    raw_seconds: float, sample_seconds: float) -> None:
+    """The budget, skip and output flags that every side-by-side script takes."""
+    ap.add_argument("--iterations", type=int, default=iterations, help=f"timed PPO iterations (default {iterations})")
+    ap.add_argument("--warmup", type=int, default=warmup, help=f"untimed PPO iterations first (default {warmup})")
+    ap.add_argument("--raw-seconds", type=float, default=raw_seconds, help=f"raw-limit run per env (default {raw_seconds})")
+    ap.add_argument("--sample-seconds", type=float, default=sample_seconds,
+                    help=f"sampling run per env (default {sample_seconds})")
+    ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(parts)}")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 timed iteration after 1 warm-up, 2 s raw "
+                    "and sampling (numbers not meaningful)")
+    ap.add_argument("--out", default=None, help=f"output stem in benchmarks/results (default {stem}, "
+                    f"or {stem}_quick with --quick)")
+
+
+def budget(args, stem: str) -> tuple[set[str], str]:
+    """Applies ``--quick``; returns the parts to skip and the output stem."""
+    if args.quick:
+        args.iterations, args.warmup, args.raw_seconds, args.sample_seconds = 1, 1, 2.0, 2.0
+    skip = {p.strip() for p in args.skip.split(",") if p.strip()}
+    return skip, args.out or (f"{stem}_quick" if args.quick else stem)
+
+
+def safe(tag: str, what: str, fn, *args, **kwargs) -> dict:
+    """Run one measurement; a failure is recorded as ``{"error": ...}`` and the others still run."""
+    print(f"[{tag}] {what} ...", flush=True)
+    t0 = time.perf_counter()
+    try:
+        res = fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - record and carry on with the other measurements
+        traceback.print_exc()
+        res = {"error": f"{type(exc).__name__}: {str(exc)[-2000:]}"}
+    shown = res.get("agent_steps_per_s", rate(res)) if "error" not in res else res["error"][:300]
+    print(f"[{tag}] {what}: {shown}  ({time.perf_counter() - t0:.0f}s)", flush=True)
+    return res
+
+
+def rate(res: dict | None, key: str | None = None) -> float | None:
+    """The figure of a measurement: ``key`` if given, else env steps/s."""
+    if not res or "error" in res:
+        return None
+    if key:
+        return res.get(key)
+    return res.get("env_steps_per_s", res.get("steps_per_s"))
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def fmt(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.0f}%" if pct else f"{x:,.0f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def met(value: float | None, target: float) -> str:
+    return "n/a" if value is None else ("met" if value >= target else "NOT met")
+
+
+def machine_line(m: dict) -> str:
+    return (f"Run {m['timestamp_utc']} on `{m['hostname']}`: {m['cpu_model']}, {m['cpu_count']} CPUs "
+            f"(load avg at start {', '.join(f'{x:.2f}' for x in (m.get('load_avg_1_5_15') or []))}), "
+            f"{m['mem_total_gib']} GiB; Python {m['python']}, torch {m['torch']}, Ray {m['ray']}, "
+            f"Gymnasium {m['gymnasium']}, MuJoCo {m['mujoco']}.")
+
+
+def header(title: str, report: dict) -> list[str]:
+    """The first lines of a result file: title, smoke-run warning, machine, command."""
+    return [f"# {title}", "",
+            "**Smoke run (`--quick`): numbers are not meaningful.**" if report["settings"]["quick"] else "", "",
+            machine_line(report["machine"]), "", f"Command: `{report['command']}`", ""]
+
+
+def budget_sentence(st: dict) -> str:
+    return (f"{st['iterations']} timed iterations after {st['warmup']} warm-up. Raw limit: {st['raw_seconds']} s, "
+            f"one process per core, random actions. Sampling: {st['sample_seconds']} s, one RolloutWorker per "
+            "process, no learner.")
+
+
+def join_md(lines: list[str]) -> str:
+    """Markdown from lines, with runs of blank lines squeezed to one."""
+    return "\n".join(line for i, line in enumerate(lines) if line or (i and lines[i - 1]))
+
+
+def command_line(argv: list[str] | None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join([".venv/bin/python", f"benchmarks/{Path(sys.argv[0]).name}", *args])
+
+
+def errors_section(results: dict) -> list[str]:
+    errors = [(env_id, k, v["error"]) for env_id, e in results.items()
+              for k, v in e.items() if isinstance(v, dict) and "error" in v]
+    if not errors:
+        return []
+    return ["", "Errors:", ""] + [f"- {env_id} {k}: `{msg.splitlines()[-1][:500] if msg else msg}`"
+                                  for env_id, k, msg in errors]
+
+
+def write_report(stem: str, report: dict, markdown: str, tag: str) -> None:
+    out_dir = HERE / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (out_dir / f"{stem}.md").write_text(markdown)
+    print()
+    print(markdown)
+    print(f"[{tag}] wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.md')}")

@@ -1,0 +1,34 @@
+"""Typed messages between the driver, the learners and the rollout workers.
+
+Rollouts travel as :class:`hdppo.platform.batch.Rollout`; the two others are here. Control data
+(counters, versions, the command histogram, the coverage sample) travels in these fields, never
+inside a metric dict: ``metrics`` holds only scalars to log, under the names in ``metrics.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+
+@dataclass
+class GradientResult:
+    """What a worker sends the learner for one minibatch step in mode ``dppo``."""
+
+    grads: Union[list[torch.Tensor], bytes]  # one tensor per parameter, or compressed (policies.compression)
+    num_samples: int                         # samples the gradient was taken over (its averaging weight)
+    info: dict[str, float] = field(default_factory=dict)  # loss terms on those samples: policy, value, ...
+
+
+@dataclass
+class UpdateResult:
+    """What a learner reports after an update (``update_central`` or ``end_dppo``)."""
+
+    metrics: dict[str, float]        # scalars to log, under the names in metrics.py
+    env_steps: int                   # the learner's env step counter after the update
+    version: int                     # the weights version it published
+    command_counts: Optional[list[int]] = None  # upper layers: how often each command was chosen
+    # The coverage picture's sample: states [K, obs_dim] and the worker index of each [K].
+    coverage: Optional[tuple[np.ndarray, np.ndarray]] = None

@@ -1,0 +1,87 @@
+"""The side-by-side benchmark scripts' helpers on tiny budgets (seconds, not measurements).
+
+The envs and baselines come from the optional ``bench`` extra (``pip install -e '.[bench]'``);
+the tests that need them skip where it is not installed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import common  # noqa: E402
+import multiagent  # noqa: E402
+import throughput  # noqa: E402
+from hdppo.platform.config import validate  # noqa: E402
+
+
+def test_benchmark_configs_validate():
+    """Every config the benchmarks train validates against this tree's schema."""
+    for name, task in multiagent.TASKS.items():
+        validate(multiagent.hdppo_task_config(name, task, multiagent.settings_for(task, quick=False), 10_000))
+    for mode in throughput.MODES:
+        validate(throughput.hdppo_config_dict("Hopper-v5", mode, 8000))
+    for h in throughput.HIERARCHIES:
+        cfg = validate(throughput.hdppo_config_dict("Hopper-v5", "central", 8000, hierarchy=h))
+        assert [layer.name for layer in cfg.layers] == ["planner", "control"]
+
+
+def test_throughput_from_metrics(tmp_path):
+    recs = []
+    for k in range(1, 5):  # updates of 100 env steps / 300 samples, one per second
+        recs += [{"step": 100 * k, "layer": "control", "tag": "perf/env_steps_per_s", "value": 100.0, "time": float(k)},
+                 {"step": 100 * k, "layer": "control", "tag": "perf/samples", "value": 300.0, "time": float(k)},
+                 {"step": 10 * k, "layer": "planner", "tag": "perf/env_steps_per_s", "value": 1.0, "time": float(k)}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = common.throughput_from_metrics(path, warmup=1, layer="control")
+    assert out["env_steps_per_s"] == 100.0 and out["agent_steps_per_s"] == 300.0 and out["updates_timed"] == 3
+    assert common.throughput_from_metrics(path, warmup=1)["layer"] == "control"  # the first layer logged
+
+
+def test_markdown_with_missing_and_failed_parts():
+    results = {"simple_spread_v3": {"raw": {"env_steps_per_s": 100.0, "agent_steps_per_s": 300.0},
+                                    "sampling": {"env_steps_per_s": 70.0, "agent_steps_per_s": 210.0},
+                                    "rllib": {"error": "RuntimeError: boom"}},
+               "battle_v4": {}}
+    for n, e in results.items():
+        e["summary"] = multiagent.summarise(n, multiagent.TASKS[n], e)
+    assert results["simple_spread_v3"]["summary"]["sampling_over_raw"] == 0.7
+    report = {"machine": __import__("machine").machine_info(), "command": "x", "results": results,
+              "settings": {"quick": True, "iterations": 1, "warmup": 1, "raw_seconds": 1, "sample_seconds": 1,
+                           "old_commit": "abc", "describe": "d", "train_batch": {"battle_v4": 1}}}
+    md = multiagent.render_markdown(report)
+    assert "| simple_spread_v3 | 100 | 300 | 210 | 70% | >= 60%: met |" in md and "boom" in md
+
+
+def test_raw_and_sampling_limits_step_simple_spread():
+    pytest.importorskip("mpe2")
+    task = multiagent.TASKS["simple_spread_v3"]
+    raw = multiagent.raw_pettingzoo_steps_per_s(task.module, task.kwargs, seconds=0.5, procs=1)
+    assert raw["env_steps_per_s"] > 0
+    assert raw["agent_steps_per_s"] == pytest.approx(3 * raw["env_steps_per_s"], rel=1e-3)  # rounded to 0.1
+    s = common.PPOSettings(num_workers=1, envs_per_worker=2, train_batch=96, minibatch=32, epochs=1)
+    samp = multiagent.sampling(task, s, seconds=0.5)
+    assert samp["procs"] == 1 and samp["agent_steps_per_s"] > 0
+
+
+def test_raw_limit_steps_battle():
+    pytest.importorskip("magent2")
+    task = multiagent.TASKS["battle_v4"]
+    raw = multiagent.raw_pettingzoo_steps_per_s(task.module, task.kwargs, seconds=0.5, procs=1)
+    assert 0 < raw["agent_steps_per_s"] <= 24 * raw["env_steps_per_s"]
+
+
+def test_old_tree_imports_in_place_of_this_tree():
+    """The old-commit runner's checkout wins over the editable install (here: HEAD's own tree)."""
+    import old_commit
+
+    with old_commit.old_tree("HEAD") as root:
+        files = old_commit.resolved_files(root)
+    assert all(str(root) in f for f in files)
+    assert all(f.startswith(str(ROOT)) for f in old_commit.resolved_files(None))
