@@ -87,3 +87,58 @@ def test_schema_is_json_and_documents_fields():
 
 def test_tiny_config_is_valid():
     validate(tiny_config())
+
+
+# -- group-level dppo settings -----------------------------------------------------------------
+
+def _two_layers(a_dppo=None, b_dppo=None, groups=None):
+    layers = [{"name": "a", "action": {"type": "discrete", "n": 2}, "dppo": a_dppo or {}},
+              {"name": "b", "dppo": b_dppo or {}}]
+    return {**tiny_config(layers=layers), **({"groups": groups} if groups is not None else {})}
+
+
+def test_a_groups_dppo_section_is_stated_once_for_its_layers():
+    from hdppo.platform.config import dump_config
+
+    import yaml
+
+    cfg = validate(_two_layers({"train_batch_size": 512}, groups=[
+        {"layers": ["a", "b"], "dppo": {"num_workers": 3, "sync": "soft", "elastic": {"max_workers": 4}}}]))
+    assert cfg.layer_groups() == [["a", "b"]]
+    for name in ("a", "b"):
+        d = cfg.layer(name).dppo
+        assert (d.num_workers, d.sync, d.elastic.max_workers) == (3, "soft", 4)
+    g = cfg.group_dppo(["a", "b"])
+    assert (g.num_workers, g.sync) == (3, "soft")
+    # Per-layer fields stay per layer.
+    assert cfg.layer("a").dppo.train_batch_size == 512 and cfg.layer("b").dppo.train_batch_size == 4000
+    # The resolved config.yaml a run writes loads again to the same settings.
+    again = validate(yaml.safe_load(dump_config(cfg)))
+    assert again.model_dump() == cfg.model_dump()
+    # The old list form still works, and a group of agreeing layers is fine.
+    assert validate(_two_layers({"num_workers": 2}, {"num_workers": 2}, groups=[["a", "b"]])).layer_groups() == [["a", "b"]]
+
+
+@pytest.mark.parametrize("field, a, b", [("num_workers", 2, 4), ("sync", "sync", "soft"), ("mode", "central", "dppo"),
+                                         ("num_envs_per_worker", 4, 8)])
+def test_layers_of_one_group_must_agree_on_group_level_fields(field, a, b):
+    with pytest.raises(ConfigError) as err:
+        validate(_two_layers({field: a}, {field: b}, groups=[["a", "b"]]))
+    msg = str(err.value)
+    assert f"groups[0]: layers 'a' and 'b' disagree on dppo.{field}" in msg
+    assert "groups: [{layers: [a, b], dppo: {" + field in msg  # says how to fix it
+    # Alone, each is fine: only a shared pool needs one value.
+    validate(_two_layers({field: a}, {field: b}))
+
+
+def test_group_dppo_errors_name_the_field():
+    with pytest.raises(ConfigError, match=r"layers\[0\] \(a\)\.dppo\.num_workers \(5\) disagrees with groups\[0\]\.dppo\.num_workers \(3\)"):
+        validate(_two_layers({"num_workers": 5}, groups=[{"layers": ["a", "b"], "dppo": {"num_workers": 3}}]))
+    with pytest.raises(ConfigError, match=r"groups\[0\]\.dppo\.train_batch_size is a per-layer setting; set it in layers\[\]\.dppo"):
+        validate(_two_layers(groups=[{"layers": ["a", "b"], "dppo": {"train_batch_size": 512}}]))
+    with pytest.raises(ConfigError, match=r"groups\[0\]\.dppo\.num_workers: Input should be greater than or equal to 1"):
+        validate(_two_layers(groups=[{"layers": ["a", "b"], "dppo": {"num_workers": 0}}]))
+    with pytest.raises(ConfigError, match="unknown layer 'c'"):
+        validate(_two_layers(groups=[{"layers": ["a", "c"], "dppo": {}}]))
+    # The same value stated in the layer too is not a contradiction.
+    validate(_two_layers({"num_workers": 3}, groups=[{"layers": ["a", "b"], "dppo": {"num_workers": 3}}]))
