@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from hdppo.envs.adapters import adapt, make_multi_agent
-from hdppo.envs.env_pool import EnvPool
+from hdppo.envs.vector import GymnasiumCopies
 from hdppo.envs.errors import EnvError
 from hdppo.envs.loading import make_gym_env, resolve_entry_point
 
@@ -53,14 +53,17 @@ def check_target(target: Any, steps: int = 200) -> str:
     env, kind, name, _ = _make(target)  # the checker consumed the first copy
     if kind == "gymnasium":
         env.close()
-        pool = EnvPool(lambda: _make(target)[0], 2, seed=0, name=name)
-        pool.action_space.seed(0)
+        pool = GymnasiumCopies(lambda: _make(target)[0], 2, name=name)
+        pool.reset(seed=0)
+        space = pool.action_space(pool.agents[0])
+        space.seed(0)
         episodes = 0
         for _ in range(steps):
-            episodes += len(pool.step([pool.action_space.sample() for _ in range(pool.num_envs)]).episode_returns)
+            actions = np.stack([np.asarray(space.sample()) for _ in range(pool.num_envs)])[:, None]
+            episodes += len(pool.step(actions).episodes)
         pool.close()
-        spaces = [f"  observation_space: {pool.observation_space} (flattened to {pool.obs_dim})",
-                  f"  action_space:      {pool.action_space}"]
+        spaces = [f"  observation_space: {pool.observation_space(pool.agents[0])} (flattened to {pool.obs_dim})",
+                  f"  action_space:      {space}"]
     else:
         adapter = adapt(env, name, "rllib" if _is_rllib(env) else "pettingzoo")
         episodes = _rollout(adapter, steps)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.adapters import MultiAgentAdapter
+from hdppo.envs.vector import VecObs, VectorMultiAgentEnv, flat_dims
 from hdppo.platform.config import Config, LayerConfig, SquadsSpec
 from hdppo.platform.errors import ConfigError, EnvError
 
@@ -69,11 +69,7 @@ def split_obs(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None
     return gym.spaces.flatten(space, obs).astype(np.float32, copy=False), None
 
 
-def env_part_dim(space: gym.Space) -> tuple[int, int]:
-    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-        inner = space.spaces.get("observation")
-        return (gym.spaces.flatdim(inner) if inner is not None else 0), int(np.prod(space.spaces["action_mask"].shape))
-    return gym.spaces.flatdim(space), 0
+env_part_dim = flat_dims
 
 
 def _layer_error(layer: LayerSpec | LayerConfig, field_: str, msg: str) -> ConfigError:
@@ -81,10 +77,9 @@ def _layer_error(layer: LayerSpec | LayerConfig, field_: str, msg: str) -> Confi
     return ConfigError(f"layer {name!r}, {field_}: {msg}")
 
 
-def build_spec(cfg: Config, probe: MultiAgentAdapter, first_obs: dict) -> list[LayerSpec]:
-    """Lanes, members and sizes of every layer, checked against a probe env just reset to ``first_obs``."""
-    live = probe.agents
-    known = probe.possible_agents or live
+def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[LayerSpec]:
+    """Lanes, members and sizes of every layer, checked against a vector env just reset to ``first``."""
+    known = list(probe.agents)
     specs: list[LayerSpec] = []
     every = 1
     periods = [layer.period for layer in cfg.layers]
@@ -122,7 +117,7 @@ def build_spec(cfg: Config, probe: MultiAgentAdapter, first_obs: dict) -> list[L
         for agent in (list(bottom.members) or known):
             parent_lane(specs[-2], [agent])
     for spec in specs:
-        _sizes(spec, specs, probe, known, first_obs)
+        _sizes(spec, specs, probe, known, first)
     return specs
 
 
@@ -135,7 +130,14 @@ def parent_lane(upper: LayerSpec, members: list[str] | None) -> str:
                        "inside one squad of the layer above")
 
 
-def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: MultiAgentAdapter, known: list[str], first_obs: dict) -> None:
+def _state_dim(spec: LayerSpec, probe: VectorMultiAgentEnv) -> int:
+    if probe.state_dim is None:
+        raise EnvError(f"env {probe.name!r} has no state(); layer {spec.name!r} needs it (observation.source 'state' "
+                       "or policy.central_critic). Use observation.source 'env' or a 'module:function' view.")
+    return int(probe.state_dim)
+
+
+def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, known: list[str], first: VecObs) -> None:
     layer = spec.cfg
     above = specs[spec.index - 1] if spec.index > 0 else None
     spec.command_in = above.cfg.action.command_dim() if (above is not None and layer.observation.command) else 0
@@ -152,7 +154,7 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: MultiAgentAdapter, kn
                                "parameter sharing needs one.")
         spec.action_space = probe.action_space(known[0])
         if src == "state":
-            env_dim = int(np.asarray(probe.state()).size)
+            env_dim = _state_dim(spec, probe)
     else:
         spec.action_space = command_space(layer)
         if src == "env":
@@ -161,12 +163,10 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: MultiAgentAdapter, kn
             if len(set(sizes)) > 1:
                 raise _layer_error(spec, "observation.source", f"squads of different sizes {sizes} give observations "
                                    "of different sizes; use equal squads, 'state' or a 'module:function' view.")
-            if probe.possible_agents is None and any(spec.members[lane] is None for lane in spec.lanes):  # type: ignore[union-attr]
-                raise _layer_error(spec, "observation.source", "'env' needs a fixed list of agents, and this env "
-                                   "creates agents as it runs; use 'state' or a 'module:function' view.")
-            env_dim = sum(env_part_dim(probe.observation_space(m))[0] for m in members) // len(spec.lanes)  # type: ignore[arg-type]
+            # Agents sit in slots of the widest agent's size (see hdppo.envs.vector).
+            env_dim = len(members) * probe.obs_dim // len(spec.lanes)  # type: ignore[arg-type]
         elif src == "state":
-            env_dim = int(np.asarray(probe.state()).size)
+            env_dim = _state_dim(spec, probe)
     if src not in ("env", "state"):
         from hdppo.envs.loading import resolve_entry_point
 
@@ -175,24 +175,41 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: MultiAgentAdapter, kn
         spec.obs_fn = resolve_entry_point(src)
         lane = known[0] if spec.bottom else spec.lanes[0]  # type: ignore[index]
         members = [lane] if spec.bottom else (spec.members[lane] or known)
-        env_dim = int(np.asarray(spec.obs_fn(first_obs, members, probe)).size)
+        env_dim = int(np.asarray(spec.obs_fn(probe.raw_obs(0), members, probe.copy_env(0))).size)
     if layer.observation.agent_id:
         spec.agent_ids = list(known) if spec.bottom else list(spec.lanes)  # type: ignore[arg-type]
-        if spec.bottom and probe.possible_agents is None:
-            raise _layer_error(spec, "observation.agent_id", "needs the env's possible_agents, which it does not declare.")
     spec.obs_dim = int(env_dim) + spec.command_in + len(spec.agent_ids)
     if layer.policy.central_critic:
-        spec.critic_dim = int(np.asarray(probe.state()).size) + spec.command_in
+        spec.critic_dim = _state_dim(spec, probe) + spec.command_in
 
 
-def probe_env(cfg: Config, seed: int) -> tuple[MultiAgentAdapter, list[LayerSpec]]:
-    """Make, reset and inspect one env; the caller closes it."""
-    from hdppo.envs.adapters import make_multi_agent
+def needs_state(cfg: Config) -> bool:
+    """Whether any layer reads the env's global state (observation or central critic)."""
+    return any(layer.observation.source == "state" or layer.policy.central_critic for layer in cfg.layers)
+
+
+def make_env(cfg: Config, num_envs: int, seed: int | None = None) -> VectorMultiAgentEnv:
+    from hdppo.envs.vector import make_vector_env
 
     e = cfg.env
-    probe = make_multi_agent(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps)
+    venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, num_envs, seed)
+    venv.want_state = needs_state(cfg)
+    return venv
+
+
+def reset_env(venv: VectorMultiAgentEnv, seed: int | None) -> VecObs:
+    from hdppo.envs.errors import HdppoError
+
     try:
-        obs = probe.reset(seed=seed)
+        return venv.reset(seed=seed)
+    except HdppoError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure of the user's reset is reported the same way
-        raise EnvError(f"env {probe.name!r}: reset() failed: {type(exc).__name__}: {exc}") from None
-    return probe, build_spec(cfg, probe, obs)
+        raise EnvError(f"env {venv.name!r}: reset() failed: {type(exc).__name__}: {exc}") from None
+
+
+def probe_env(cfg: Config, seed: int, num_envs: int = 1) -> tuple[VectorMultiAgentEnv, VecObs, list[LayerSpec]]:
+    """Make and reset the env (``num_envs`` copies) and work out every layer's sizes; the caller closes it."""
+    venv = make_env(cfg, num_envs, seed)
+    first = reset_env(venv, seed)
+    return venv, first, build_spec(cfg, venv, first)

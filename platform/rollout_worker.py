@@ -4,9 +4,9 @@ reward scalers.
 Plain Python; :mod:`hdppo.platform.backend` turns it into a Ray actor. Everything a worker
 needs arrives as constructor arguments or through the parameter service, so it runs on any node.
 
-One layer over a single-agent Gymnasium env takes the vectorised fast path (:meth:`_sample_flat`);
-anything else runs the whole hierarchy (:class:`~hdppo.hierarchies.runner.HierarchyRunner`)
-and records the layers of this worker's group.
+Every run samples through the one engine, :class:`~hdppo.hierarchies.engine.Sampler`, over the
+env as a :class:`~hdppo.envs.vector.VectorMultiAgentEnv`: a single-agent Gymnasium env is one
+lane of one layer; a hierarchy is several layers, of which this worker records its group's.
 """
 from __future__ import annotations
 
@@ -18,32 +18,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from hdppo.envs.env_pool import EnvPool
-from hdppo.envs.loading import WORKER_INDEX_VAR, make_gym_env
+from hdppo.envs.loading import WORKER_INDEX_VAR
+from hdppo.hierarchies.engine import Sampler, Track
+from hdppo.hierarchies.spec import probe_env
 from hdppo.platform.backend import call_service, deref
 from hdppo.platform.batch import Batch, Rollout, RolloutStats
-from hdppo.platform.config import Config, rollout_length, worker_quota
+from hdppo.platform.config import Config, worker_quota
 from hdppo.platform.diagnostics import moments
 from hdppo.platform.messages import GradientResult
+from hdppo.policies.bonuses import make_bonus
 from hdppo.policies.compression import compress
-from hdppo.policies.exploration import RND, CountBonus, RNDBonus
-from hdppo.policies.gae import compute_gae
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
 from hdppo.policies.ppo_update import gradients, minibatch_loss
 from hdppo.policies.schedules import linear
-
-
-def make_env_fn(cfg: Config):
-    e = cfg.env
-    return lambda: make_gym_env(e.id, e.entry_point, e.kwargs, e.max_episode_steps)
-
-
-def make_adapter_fn(cfg: Config):
-    from hdppo.envs.adapters import make_multi_agent
-
-    e = cfg.env
-    return lambda: make_multi_agent(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps)
 
 
 class RolloutWorker:
@@ -61,8 +49,8 @@ class RolloutWorker:
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         random.seed(seed)
-        self.group_cfg = cfg.layer(self.layers[0])
-        d = self.group_cfg.dppo
+        self.dppo = cfg.group_dppo(self.layers) if hasattr(cfg, "group_dppo") else cfg.layer(self.layers[0]).dppo
+        d = self.dppo
         self.versions: dict[str, int] = {}
         self.progress: dict[str, float] = {}
         self._last: dict[str, Batch] = {}
@@ -70,45 +58,25 @@ class RolloutWorker:
         self.policies: dict[str, ActorCritic] = {}
         self.obs_norms: dict[str, ObservationNormalizer] = {}
         self.scalers: dict[str, RewardScaler] = {}
-        if not cfg.hierarchical:
-            layer = cfg.layers[0]
-            self.pool = EnvPool(make_env_fn(cfg), d.num_envs_per_worker, seed=seed,
-                                name=cfg.env.name)
-            self._add_layer(layer.name, self.pool.obs_dim, self.pool.action_space, None, d.num_envs_per_worker)
-            self.rollout_len = rollout_length(layer, num_workers)
-        else:
-            from hdppo.hierarchies.recorder import LayerRecorder
-            from hdppo.hierarchies.runner import HierarchyRunner
-            from hdppo.hierarchies.spec import probe_env
-
-            probe, self.specs = probe_env(cfg, seed)
-            probe.close()
-            for s in self.specs:
-                self._add_layer(s.name, s.obs_dim, s.action_space, s.critic_dim, 0)
-            self.recorders = {name: LayerRecorder(cfg.layer(name).ppo.gamma, cfg.layer(name).ppo.gae_lambda,
-                                                  cfg.layer(name).reward.discount == "smdp", self.scalers[name])
-                              for name in self.layers}
-            self.bonuses = {s.name: self._make_bonus(s) for s in self.specs
-                            if s.cfg.exploration.type != "none" and s.name in self.layers}
-            self.runner = HierarchyRunner(self.specs, make_adapter_fn(cfg), d.num_envs_per_worker, seed,
-                                          self.policies, self.obs_norms, self.recorders, bonus=self._bonus)
+        venv, first, self.specs = probe_env(cfg, seed, d.num_envs_per_worker)
+        for s in self.specs:
+            layer = s.cfg
+            p, n = layer.policy, layer.normalization
+            self.policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std,
+                                                s.critic_dim)
+            self.obs_norms[s.name] = ObservationNormalizer((s.obs_dim,), n.clip, n.observation)
+            self.scalers[s.name] = RewardScaler(d.num_envs_per_worker, layer.ppo.gamma, n.clip, n.reward)
+            self.versions[s.name] = -1
+        tracks = {name: Track(cfg.layer(name).ppo.gamma, cfg.layer(name).ppo.gae_lambda,
+                              cfg.layer(name).reward.discount == "smdp", self.scalers[name]) for name in self.layers}
+        self.bonuses = {s.name: make_bonus(s.cfg.exploration, s.obs_dim, s.name) for s in self.specs
+                        if s.name in self.layers}
+        self.bonuses = {k: b for k, b in self.bonuses.items() if b is not None}
+        self.sampler = Sampler(self.specs, venv, self.policies, self.obs_norms, tracks,
+                               bonus=self._bonus if self.bonuses else None, first=first)
+        self.sampler.version = self.versions  # rows are stamped with the version that acted
         for p in self.policies.values():
             p.requires_grad_(d.mode == "dppo")
-
-    def _add_layer(self, name: str, obs_dim: int, action_space, critic_dim: int | None, num_envs: int) -> None:
-        layer = self.cfg.layer(name)
-        p, n = layer.policy, layer.normalization
-        self.policies[name] = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim)
-        self.obs_norms[name] = ObservationNormalizer((obs_dim,), n.clip, n.observation)
-        self.scalers[name] = RewardScaler(num_envs, layer.ppo.gamma, n.clip, n.reward)
-        self.versions[name] = -1
-
-    @staticmethod
-    def _make_bonus(spec) -> CountBonus | RNDBonus:
-        e = spec.cfg.exploration
-        if e.type == "count":
-            return CountBonus(spec.obs_dim, e.hash_bits, spec.name)
-        return RNDBonus(RND(spec.obs_dim, e.rnd_hidden, e.rnd_out, spec.name))
 
     def _bonus(self, layer: str, obs: np.ndarray) -> np.ndarray:
         bonus = self.bonuses.get(layer)
@@ -129,16 +97,30 @@ class RolloutWorker:
                 self.obs_norms[name].set_published(RunningStats.from_state(rec["obs_stats"]))
             if self.cfg.layer(name).normalization.reward_scope == "global" and rec.get("reward_stats") is not None:
                 self.scalers[name].set_published(RunningStats.from_state(rec["reward_stats"]))
-            if rec.get("rnd") is not None and name in getattr(self, "bonuses", {}):
-                self.bonuses[name].rnd.predictor.load_state_dict(deref(rec["rnd"][0]))  # type: ignore[union-attr]
+            bonus_state = rec.get("bonus", rec.get("rnd"))
+            if bonus_state is not None and name in self.bonuses:
+                self.bonuses[name].load_state(deref(bonus_state[0]))
             self.versions[name] = rec["version"]
             self.progress[name] = float(rec.get("progress", 0.0))
 
     # -- sampling ------------------------------------------------------------------------------
     def sample(self) -> dict[str, Rollout]:
-        """One rollout per recorded layer, with the newest weights; GAE on this worker."""
+        """One rollout per recorded layer, with the newest weights; GAE on this worker. With
+        ``sync: soft`` newer weights are also adopted inside the rollout, every
+        ``refresh_every`` env steps; each sample keeps the version that chose it."""
         self._pull()
-        return self._sample_flat() if not self.cfg.hierarchical else self._sample_hierarchy()
+        t0 = time.perf_counter()
+        quota = {name: worker_quota(self.cfg.layer(name), self.num_workers) for name in self.layers}
+        refresh = self.dppo.refresh_every if self.dppo.sync == "soft" else 0
+        harvests, episodes, env_steps = self.sampler.collect(quota, self._pull if refresh else None, refresh)
+        out: dict[str, Rollout] = {}
+        for name in self.layers:
+            h = harvests[name]
+            self._last[name] = h.batch
+            out[name] = Rollout(h.batch, self._stats(
+                name, h.batch, env_steps, t0, [e[0] for e in episodes], [e[1] for e in episodes],
+                h.env_reward, h.intrinsic_reward, h.bonus, h.command_counts))
+        return out
 
     def _stats(self, name: str, batch: Batch, env_steps: int, t0: float, ep_returns: list, ep_lengths: list,
                raw_reward_sum: float, intrinsic_sum: float = 0.0, bonus_sum: float = 0.0,
@@ -171,115 +153,9 @@ class RolloutWorker:
         pick = np.random.default_rng((self.cfg.train.seed, self.index, self.versions[name]))  # leaves self.rng alone
         return batch.obs[pick.choice(len(batch), k, replace=False)]
 
-    def _sample_flat(self) -> dict[str, Rollout]:
-        """Step every env ``rollout_len`` times: arrays ``[T, N]``, no per-agent bookkeeping."""
-        name = self.layers[0]
-        policy, obs_norm, scaler = self.policies[name], self.obs_norms[name], self.scalers[name]
-        layer = self.cfg.layer(name)
-        t0 = time.perf_counter()
-        T, N, D = self.rollout_len, self.pool.num_envs, self.pool.obs_dim
-        act_dim = policy.head.dim
-        obs_buf = np.empty((T, N, D), np.float32)
-        act_buf = np.empty((T, N, act_dim), np.float32)
-        logp_buf = np.empty((T, N), np.float32)
-        val_buf = np.empty((T, N), np.float32)
-        rew_buf = np.empty((T, N), np.float32)
-        term_buf = np.zeros((T, N), bool)
-        end_buf = np.zeros((T, N), bool)
-        ver_buf = np.empty((T, N), np.int64)
-        truncated_final: list[tuple[int, int, np.ndarray]] = []
-        ep_returns: list[float] = []
-        ep_lengths: list[int] = []
-        raw_reward_sum = 0.0
-        refresh = layer.dppo.refresh_every if layer.dppo.sync == "soft" else 0
-        segment = 0  # first row whose values are not computed yet
-
-        def fill_values(end: int) -> None:
-            # The critic runs once per stretch of rows acted with one weights version, batched,
-            # rather than every step: the same values, a fraction of the per-step cost.
-            with torch.inference_mode():
-                val_buf[segment:end] = policy.value(torch.from_numpy(obs_buf[segment:end].reshape(-1, D))).numpy().reshape(-1, N)
-
-        for t in range(T):
-            if refresh and t and t % refresh == 0:
-                fill_values(t)
-                segment = t
-                self._pull()  # soft sync: adopt newer weights mid-rollout; each sample keeps its version
-            ver_buf[t] = self.versions[name]
-            raw = self.pool.obs
-            obs_norm.observe(raw)
-            obs = obs_norm(raw)
-            actions, logp, _ = policy.act(torch.from_numpy(obs), with_value=False)
-            res = self.pool.step(policy.head.to_env(actions))
-            ended = res.terminated | res.truncated
-            obs_buf[t], act_buf[t], logp_buf[t] = obs, actions, logp
-            rew_buf[t] = scaler(res.rewards, ended)
-            term_buf[t], end_buf[t] = res.terminated, ended
-            raw_reward_sum += float(res.rewards.sum())
-            for i in np.flatnonzero(res.truncated):
-                truncated_final.append((t, int(i), res.final_obs[int(i)]))
-            ep_returns += res.episode_returns
-            ep_lengths += res.episode_lengths
-        fill_values(T)
-        next_values = self._next_values(val_buf, truncated_final)
-        adv, ret = compute_gae(rew_buf, val_buf, next_values, term_buf, end_buf, layer.ppo.gamma, layer.ppo.gae_lambda)
-        batch = Batch(obs_buf.reshape(T * N, D), act_buf.reshape(T * N, act_dim), logp_buf.reshape(-1),
-                      val_buf.reshape(-1), adv.reshape(-1), ret.reshape(-1), versions=ver_buf.reshape(-1))
-        self._last[name] = batch
-        return {name: Rollout(batch, self._stats(name, batch, T * N, t0, ep_returns, ep_lengths, raw_reward_sum))}
-
-    def _next_values(self, values: np.ndarray, truncated_final: list) -> np.ndarray:
-        """V(s_{t+1}): the next row's value, the value after the rollout for the last row, and
-        V(true final observation) where an episode was truncated (one batched forward pass)."""
-        name = self.layers[0]
-        nxt = np.empty_like(values)
-        nxt[:-1] = values[1:]
-        norm = self.obs_norms[name]
-        finals = [norm(self.pool.obs)] + [norm(f[None]) for _, _, f in truncated_final]
-        with torch.inference_mode():
-            v = self.policies[name].value(torch.from_numpy(np.concatenate(finals))).numpy()
-        N = values.shape[1]
-        nxt[-1] = v[:N]
-        for k, (t, i, _) in enumerate(truncated_final):
-            nxt[t, i] = v[N + k]
-        return nxt
-
-    def _sample_hierarchy(self) -> dict[str, Rollout]:
-        t0 = time.perf_counter()
-        quota = {name: worker_quota(self.cfg.layer(name), self.num_workers) for name in self.layers}
-        cap = 1000 * max(quota.values()) * max(s.every for s in self.specs)  # a layer that never acts must not hang
-        start = self.runner.env_steps
-        episodes: list[tuple[float, int, int]] = []
-        for c in self.runner.command_counts.values():
-            c[:] = 0
-        while any(self.recorders[n].num_closed < quota[n] for n in self.layers):
-            episodes += self.runner.step()
-            if self.runner.env_steps - start > cap:
-                raise RuntimeError(f"layers {self.layers}: no transitions after {cap} env steps")
-        env_steps = self.runner.env_steps - start
-        out: dict[str, Rollout] = {}
-        for name in self.layers:
-            policy = self.policies[name]
-
-            def value_fn(obs: np.ndarray, critic: np.ndarray, policy: ActorCritic = policy) -> np.ndarray:
-                with torch.inference_mode():
-                    return policy.value(torch.from_numpy(obs), torch.from_numpy(critic)).numpy()
-
-            batch, sums = self.recorders[name].harvest(value_fn)  # type: ignore[misc]
-            batch.versions[:] = self.versions[name]  # weights are refreshed only between rollouts here
-            self._last[name] = batch
-            counts = self.runner.command_counts.get(name)
-            out[name] = Rollout(batch, self._stats(
-                name, batch, env_steps, t0, [e[0] for e in episodes], [e[1] for e in episodes],
-                sums["env_reward"], sums["intrinsic_reward"], sums["bonus"],
-                counts.tolist() if counts is not None and counts.size else None))
-        return out
-
     def resize(self, num_workers: int) -> int:
         """The pool now has ``num_workers`` workers: take this worker's new share of a batch."""
-        self.num_workers = num_workers
-        if not self.cfg.hierarchical:
-            self.rollout_len = rollout_length(self.cfg.layers[0], num_workers)
+        self.num_workers = num_workers  # the next rollout's quota follows from it
         return num_workers
 
     def sample_stats_only(self) -> dict[str, RolloutStats]:

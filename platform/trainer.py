@@ -29,7 +29,6 @@ from hdppo.platform.learner import Learner
 from hdppo.platform.messages import UpdateResult
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.progress import Progress
-from hdppo.platform.rollout_worker import make_env_fn
 from hdppo.platform.ray_runtime import init_ray
 
 Hook = Callable[["Trainer", str, int, dict], None]
@@ -88,15 +87,9 @@ class Trainer:
     def _probe(self) -> dict[str, dict[str, Any]]:
         """Make one env in the driver: fail fast (and clearly) before starting any actor, and
         learn every layer's observation and action sizes."""
-        if not self.cfg.hierarchical:
-            from hdppo.envs.env_pool import EnvPool
-
-            pool = EnvPool(make_env_fn(self.cfg), 1, seed=self.cfg.train.seed, name=self.cfg.env.name)
-            pool.close()
-            return {self.cfg.layers[0].name: {"obs_dim": pool.obs_dim, "action_space": pool.action_space}}
         from hdppo.hierarchies.spec import probe_env
 
-        probe, specs = probe_env(self.cfg, self.cfg.train.seed)
+        probe, _, specs = probe_env(self.cfg, self.cfg.train.seed)
         probe.close()
         return {s.name: {"obs_dim": s.obs_dim, "action_space": s.action_space, "critic_dim": s.critic_dim} for s in specs}
 

@@ -1,7 +1,45 @@
-"""Generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438) as a pure function."""
+"""Generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438) as pure functions."""
 from __future__ import annotations
 
 import numpy as np
+
+
+def decision_gae(rewards: np.ndarray, values: np.ndarray, gamma: np.ndarray | float, lam: float,
+                 decided: np.ndarray, closed: np.ndarray, stop: np.ndarray, terminated: np.ndarray,
+                 bootstrap: np.ndarray, last_value: np.ndarray | None = None) -> np.ndarray:
+    """GAE(lambda) over rows where lanes decide at different steps (the sampler's buffers).
+
+    Shapes: every array is ``[T, ...]`` (T env steps of lanes ``...``), ``last_value`` is ``[...]``.
+
+    - ``decided[t]``: the lane made a decision at step t (a transition starts in row t);
+    - ``closed[t]``: that transition is complete (its reward is in ``rewards[t]``). A decided row
+      that is not closed is still open: it contributes only its value, as V(next decision state)
+      of the lane's previous transition;
+    - ``stop[t]``: the advantage trace stops after this transition (the episode ended, or the
+      rollout was cut); its next value is then ``bootstrap[t]``, or 0 where ``terminated[t]``;
+    - otherwise the next value is the value of the lane's next decided row, or ``last_value``
+      when there is none;
+    - ``gamma`` may be per row (an upper layer discounts by gamma**steps of its transition).
+
+    Returns the advantages ``[T, ...]`` (0 on rows that are not closed).
+    """
+    T = rewards.shape[0]
+    lanes = rewards.shape[1:]
+    gam = np.broadcast_to(np.asarray(gamma, np.float64), rewards.shape)
+    adv = np.zeros(rewards.shape, np.float64)
+    next_v = np.zeros(lanes) if last_value is None else np.asarray(last_value, np.float64).copy()
+    next_a = np.zeros(lanes)
+    for t in range(T - 1, -1, -1):
+        dec = decided[t]
+        if not dec.any():
+            continue
+        nv = np.where(stop[t], np.where(terminated[t], 0.0, bootstrap[t]), next_v)
+        na = np.where(stop[t], 0.0, next_a)
+        a_t = np.where(closed[t], rewards[t] + gam[t] * nv - values[t] + gam[t] * lam * na, 0.0)
+        adv[t] = a_t
+        next_v = np.where(dec, values[t], next_v)
+        next_a = np.where(dec, a_t, next_a)
+    return adv
 
 
 def compute_gae(
@@ -13,29 +51,18 @@ def compute_gae(
     gamma: float | np.ndarray,
     lam: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """GAE(lambda) over a time-major rollout.
+    """GAE(lambda) over a dense time-major rollout (every lane decides every step).
 
-    Shapes: every array is ``[T, N]`` (T steps of N envs or agents).
-
-    - ``values[t]`` is V(s_t); ``next_values[t]`` is V(s_{t+1}) for the *true* next state: on a
-      truncated step that is V(final observation), not V(the reset observation that replaced it).
-    - ``terminated[t]``: s_{t+1} is terminal, so nothing is bootstrapped from it.
-    - ``episode_end[t]``: terminated or truncated; the advantage trace stops here either way.
-    - ``gamma`` may be an array ``[T, N]`` (an upper layer of a hierarchy discounts by
-      gamma**period per transition).
+    Shapes: every array is ``[T, N]``. ``next_values[t]`` is V(s_{t+1}) for the *true* next
+    state: on a truncated step V(final observation); on other steps it is ``values[t+1]``
+    (only the last row's and the episode ends' entries are read). ``terminated[t]``: nothing is
+    bootstrapped from s_{t+1}; ``episode_end[t]``: the trace stops here either way.
 
     Returns ``(advantages, returns)``, each ``[T, N]``, with ``returns = advantages + values``.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
-    T = rewards.shape[0]
-    gamma_arr = np.broadcast_to(np.asarray(gamma, dtype=np.float64), rewards.shape)
-    not_term = 1.0 - np.asarray(terminated, dtype=np.float64)
-    not_end = 1.0 - np.asarray(episode_end, dtype=np.float64)
-    deltas = rewards + gamma_arr * next_values * not_term - values
-    adv = np.zeros_like(rewards)
-    last = np.zeros(rewards.shape[1:], dtype=np.float64)
-    for t in range(T - 1, -1, -1):
-        last = deltas[t] + gamma_arr[t] * lam * not_end[t] * last
-        adv[t] = last
-    returns = adv + values
-    return adv.astype(np.float32), returns.astype(np.float32)
+    values = np.asarray(values, dtype=np.float64)
+    ones = np.ones(rewards.shape, bool)
+    adv = decision_gae(rewards, values, gamma, lam, ones, ones, np.asarray(episode_end, bool),
+                       np.asarray(terminated, bool), np.asarray(next_values, np.float64), next_values[-1])
+    return adv.astype(np.float32), (adv + values).astype(np.float32)

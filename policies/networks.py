@@ -76,6 +76,14 @@ class ActionHead:
         else:
             raise TypeError(f"unsupported action space {space!r}: use Box, Discrete or MultiDiscrete")
 
+    def to_env_array(self, actions: np.ndarray) -> np.ndarray:
+        """Network actions ``[B, dim]`` as one env-format array ``[B, *shape]`` (clipped floats
+        for a Box, int64 indices with the space's ``start`` added for Discrete/MultiDiscrete)."""
+        if self.kind == "box":
+            return np.clip(actions, self.low, self.high).reshape((-1, *self.shape))
+        ints = actions.astype(np.int64) + self.start
+        return ints[:, 0] if self.kind == "discrete" else ints.reshape((-1, *self.shape))
+
     def to_env(self, actions: np.ndarray) -> list:
         """Network actions ``[N, dim]`` to what ``env.step`` takes, one per env."""
         if self.kind == "box":

@@ -156,3 +156,58 @@ def shifted_on_worker(worker: int = 2, shift: float = 5.0):
 
     mine = int(os.environ.get(WORKER_INDEX_VAR, -1)) == worker
     return ShiftedObsEnv(gym.make("CartPole-v1"), shift if mine else 0.0)
+
+
+class BatchedCountdown:
+    """A natively vectorised env (no per-copy Python): N countdowns stepped as one array, with
+    one slot. Observation [t / 10], reward 1 per step, terminated at ``length`` steps; the action
+    (Discrete 2) is ignored. Used to test the ``env.type: vector`` adapter."""
+
+    def __init__(self, num_envs: int, seed: int | None = None, length: int = 7):
+        from hdppo.envs.vector import VectorMultiAgentEnv  # noqa: F401 - the interface this follows
+
+        self.num_envs, self.length = num_envs, length
+        self.agents, self.name = ["agent_0"], "batched_countdown"
+        self.obs_dim, self.mask_dim, self.state_dim = 1, 0, 1
+        self.want_state = False
+        self.t = np.zeros(num_envs, np.int64)
+        self.steps_taken = 0
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0.0, 10.0, (1,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def _view(self):
+        from hdppo.envs.vector import VecObs
+
+        ones = np.ones((self.num_envs, 1), bool)
+        obs = (self.t / 10.0).astype(np.float32).reshape(-1, 1, 1)
+        return VecObs(obs, ones, ones, None, obs[:, 0] if self.want_state else None)
+
+    def reset(self, seed=None):
+        self.t[:] = 0
+        return self._view()
+
+    def step(self, actions):
+        from hdppo.envs.vector import VecStep
+
+        assert actions.shape == (self.num_envs, 1)
+        self.steps_taken += 1
+        self.t += 1
+        end = self.t >= self.length
+        final = (self.t / 10.0).astype(np.float32).reshape(-1, 1, 1)
+        episodes = [(float(self.length), int(self.length), int(i)) for i in np.flatnonzero(end)]
+        self.t[end] = 0
+        v = self._view()
+        return VecStep(v.obs, v.alive, v.acting, None, v.state, rewards=np.ones((self.num_envs, 1)),
+                       terminated=end[:, None], truncated=np.zeros((self.num_envs, 1), bool), final_obs=final,
+                       final_state=final[:, 0], episode_end=end, episodes=episodes)
+
+    def close(self):
+        pass
+
+
+def batched_countdown(num_envs: int, seed=None, **kwargs):
+    return BatchedCountdown(num_envs, seed, **kwargs)

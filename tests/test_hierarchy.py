@@ -4,12 +4,10 @@ import pytest
 import torch
 
 from conftest import ROOT, tiny_config
-from hdppo.hierarchies.recorder import LayerRecorder
-from hdppo.hierarchies.runner import HierarchyRunner
+from hdppo.hierarchies.engine import Sampler, Track
 from hdppo.hierarchies.spec import probe_env
 from hdppo.platform.config import load_config, validate
 from hdppo.platform.errors import ConfigError
-from hdppo.platform.rollout_worker import make_adapter_fn
 from hdppo.platform.trainer import Trainer
 from hdppo.policies.networks import ActorCritic
 from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler
@@ -61,13 +59,24 @@ def test_unknown_agent_is_named_against_the_env():
 # -- period alignment on a scripted env ---------------------------------------------------------
 
 def _runner(cfg, recorded, num_envs=1):
-    probe, specs = probe_env(cfg, 0)
-    probe.close()
+    venv, first, specs = probe_env(cfg, 0, num_envs)
     pols = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
     norms = {s.name: ObservationNormalizer((s.obs_dim,), enabled=False) for s in specs}
-    recs = {name: LayerRecorder(cfg.layer(name).ppo.gamma, 0.95, cfg.layer(name).reward.discount == "smdp",
-                                RewardScaler(0, cfg.layer(name).ppo.gamma, enabled=False)) for name in recorded}
-    return HierarchyRunner(specs, make_adapter_fn(cfg), num_envs, 0, pols, norms, recs), recs
+    tracks = {name: Track(cfg.layer(name).ppo.gamma, 0.95, cfg.layer(name).reward.discount == "smdp",
+                          RewardScaler(0, cfg.layer(name).ppo.gamma, enabled=False)) for name in recorded}
+    return Sampler(specs, venv, pols, norms, tracks, first=first), tracks
+
+
+def _rows(sampler, layer, copy=0, lane=0):
+    """The decided rows of one lane in time order, as dicts (what the buffers hold about them)."""
+    buf = sampler.buffers[layer]
+    out = []
+    for t in range(sampler.t):
+        if buf.decided[t, copy, lane]:
+            booted = any(((r[:, 0] == t) & (r[:, 1] == copy) & (r[:, 2] == lane)).any() for r in buf.boot_rows)
+            out.append({k: getattr(buf, k)[t, copy, lane] for k in ("steps", "R", "gam", "end", "term", "closed")}
+                       | {"booted": booted, "open": buf.open_row[copy, lane] == t})
+    return out
 
 
 @pytest.mark.parametrize("discount", ["smdp", "decision"])
@@ -78,21 +87,21 @@ def test_upper_layer_transitions_align_to_period_and_sum_rewards(discount):
         layers=[{"name": "strategy", "period": 4, "observation": {"source": "env"}, "action": {"type": "discrete", "n": 2},
                  "reward": {"discount": discount}, "ppo": {"gamma": 0.5, "minibatch_size": 4}},
                 {"name": "control", "ppo": {"minibatch_size": 4}}]))
-    runner, recs = _runner(cfg, ["strategy", "control"])
+    runner, _ = _runner(cfg, ["strategy", "control"])
     for _ in range(10):
         runner.step()
-    seq = recs["strategy"].closed[(0, "all")]
-    assert [t.steps for t in seq] == [4, 4, 2]            # the episode end closes the last one early
-    assert [t.end for t in seq] == [False, False, True] and not seq[-1].terminated  # truncated
-    assert seq[-1].final is not None                     # bootstrapped from the true final state
+    seq = _rows(runner, "strategy")
+    assert [t["steps"] for t in seq] == [4, 4, 2]            # the episode end closes the last one early
+    assert [bool(t["end"]) for t in seq] == [False, False, True] and not seq[-1]["term"]  # truncated
+    assert seq[-1]["booted"]                                 # bootstrapped from the true final state
     if discount == "smdp":
-        assert seq[0].reward == pytest.approx(1 + 0.5 + 0.25 + 0.125) and seq[0].gamma == pytest.approx(0.5**4)
-        assert seq[2].gamma == pytest.approx(0.5**2)
+        assert seq[0]["R"] == pytest.approx(1 + 0.5 + 0.25 + 0.125) and seq[0]["gam"] == pytest.approx(0.5**4)
+        assert seq[2]["gam"] == pytest.approx(0.5**2)
     else:
-        assert seq[0].reward == pytest.approx(4.0) and seq[0].gamma == pytest.approx(0.5)
-    control = recs["control"].closed[(0, "agent_0")]
-    assert len(control) == 10 and all(t.steps == 1 for t in control) and control[-1].end
-    assert not recs["strategy"].pending and not recs["control"].pending  # every layer closed at the end
+        assert seq[0]["R"] == pytest.approx(4.0) and seq[0]["gam"] == pytest.approx(0.5)
+    control = _rows(runner, "control")
+    assert len(control) == 10 and all(t["steps"] == 1 for t in control) and control[-1]["end"]
+    assert all(t["closed"] for t in seq + control)  # every layer closed at the end
 
 
 def test_open_transition_carries_into_next_rollout_and_bootstraps():
@@ -100,18 +109,38 @@ def test_open_transition_carries_into_next_rollout_and_bootstraps():
         env={"type": "gymnasium", "entry_point": "scripted_envs:countdown", "max_episode_steps": 50},
         layers=[{"name": "strategy", "period": 4, "observation": {"source": "env"}, "action": {"type": "discrete", "n": 2},
                  "ppo": {"minibatch_size": 2}}, {"name": "control", "ppo": {"minibatch_size": 2}}]))
-    runner, recs = _runner(cfg, ["strategy"])
+    runner, _ = _runner(cfg, ["strategy"])
     for _ in range(6):  # decisions at 0 and 4: one closed, one open
         runner.step()
-    rec = recs["strategy"]
-    pending_value = rec.pending[(0, "all")].value
-    batch, sums = rec.harvest(lambda o, c: np.zeros(len(o)))
-    assert len(batch) == 1 and sums["steps"] == 4
-    closed_value = batch.values[0]
+    buf = runner.buffers["strategy"]
+    open_row = int(buf.open_row[0, 0])
+    harvest = runner.harvest()["strategy"]
+    batch = harvest.batch
+    assert len(batch) == 1 and harvest.env_reward == 4
+    pending_value = buf.value[0, 0, 0]  # the open transition, now carried over to row 0
+    assert open_row == 5 and buf.decided[0, 0, 0] and not buf.closed[0, 0, 0] and buf.steps[0, 0, 0] == 2
     # GAE with the open transition's value as V(next decision state): adv = R + gamma^4 V' - V
     r = sum(0.99**k for k in range(4))
-    assert batch.advantages[0] == pytest.approx(r + 0.99**4 * pending_value - closed_value, rel=1e-4)
-    assert (0, "all") in rec.pending  # still open: its reward is not cut in two
+    assert batch.advantages[0] == pytest.approx(r + 0.99**4 * pending_value - batch.values[0], rel=1e-4)
+    for _ in range(3):  # it closes at the next decision (episode step 8), with all 4 steps of reward
+        runner.step()
+    assert runner.buffers["strategy"].closed[0, 0, 0] and runner.buffers["strategy"].steps[0, 0, 0] == 4
+
+
+def test_flat_rollout_ends_with_a_bootstrap_from_the_next_observation():
+    """One layer, no command: the last step of a rollout closes with V(next obs), as flat PPO does."""
+    cfg = validate(tiny_config(env={"type": "gymnasium", "entry_point": "scripted_envs:countdown",
+                                    "max_episode_steps": 50}, layers=[{"name": "control", "ppo": {"minibatch_size": 2}}]))
+    runner, _ = _runner(cfg, ["control"], num_envs=2)
+    harvests, _, steps = runner.collect({"control": 10})
+    batch = harvests["control"].batch
+    assert steps == 10 and len(batch) == 10            # 5 steps x 2 copies, nothing left open
+    assert not (runner.buffers["control"].open_row >= 0).any()
+    with torch.inference_mode():
+        v_next = runner.policies["control"].value(torch.from_numpy(runner.now.obs[:, 0])).numpy()
+    last = batch.advantages[-2:]  # time-major: the last step's two copies
+    expected = 1.0 + 0.99 * v_next - batch.values[-2:]
+    assert last == pytest.approx(expected, rel=1e-4, abs=1e-5)
 
 
 # -- PettingZoo adapters ------------------------------------------------------------------------
@@ -127,23 +156,23 @@ def test_pettingzoo_generated_agents_of_different_sizes_are_refused_clearly():
 def test_agents_that_die_mid_episode_close_their_own_lane_only():
     cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 3, "length": 3, "max_steps": 30}},
                                layers=[{"name": "control", "ppo": {"minibatch_size": 4}}]))
-    runner, recs = _runner(cfg, ["control"])
-    rec = recs["control"]
+    runner, _ = _runner(cfg, ["control"])
+    buf = runner.buffers["control"]
     partial = False
     for _ in range(200):
-        live_before = set(runner.copies[0].env.agents)
+        live_before = runner.now.alive[0].copy()
         runner.step()
-        live = set(runner.copies[0].env.agents)
-        if live and live < live_before:  # someone left, the episode goes on
+        live = runner.now.alive[0]
+        if live.any() and (live < live_before).any() and not (live > live_before).any():  # someone left, the episode goes on
             partial = True
-            gone = live_before - live
-            for agent in gone:
-                assert rec.closed[(0, agent)][-1].end and rec.closed[(0, agent)][-1].terminated
-                assert (0, agent) not in rec.pending
-            for agent in live:
-                assert (0, agent) in rec.pending
+            for lane in np.flatnonzero(live_before & ~live):
+                last = _rows(runner, "control", 0, lane)[-1]
+                assert last["end"] and last["term"] and not last["open"]
+                assert buf.open_row[0, lane] == -1
+            for lane in np.flatnonzero(live):
+                assert buf.open_row[0, lane] >= 0
     assert partial
-    batch, _ = rec.harvest(lambda o, c: np.zeros(len(o)))
+    batch = runner.harvest()["control"].batch
     assert np.isfinite(batch.advantages).all()
 
 
@@ -151,12 +180,12 @@ def test_turn_based_aec_env_with_action_masks_honours_the_masks():
     """PettingZoo's tic-tac-toe (AEC, not parallelizable, Dict observations with action_mask)."""
     cfg = validate(tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.classic.tictactoe_v3"},
                                layers=[{"name": "control", "ppo": {"minibatch_size": 32}}]))
-    probe, specs = probe_env(cfg, 0)
+    probe, _, specs = probe_env(cfg, 0)
     assert specs[0].mask_dim == 9
-    runner, recs = _runner(cfg, ["control"])
+    runner, _ = _runner(cfg, ["control"])
     for _ in range(40):  # illegal moves would end the game with a penalty and a warning; none may happen
         runner.step()
-    batch, _ = recs["control"].harvest(lambda o, c: np.zeros(len(o)))
+    batch = runner.harvest()["control"].batch
     chosen = batch.actions[:, 0].astype(int)
     assert (batch.masks[np.arange(len(batch)), chosen] == 1).all()
     # The loss sees the same mask: masked actions have (numerically) zero probability.
@@ -176,13 +205,13 @@ def test_parameter_sharing_with_agent_ids_and_central_critic():
     cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 3}},
                                layers=[{"name": "control", "observation": {"agent_id": True},
                                         "policy": {"central_critic": True}, "ppo": {"minibatch_size": 32}}]))
-    probe, specs = probe_env(cfg, 0)
+    probe, _, specs = probe_env(cfg, 0)
     s = specs[0]
     assert s.obs_dim == 9 + 3 and s.critic_dim == 2 + 3 * 9
-    runner, recs = _runner(cfg, ["control"])
+    runner, _ = _runner(cfg, ["control"])
     for _ in range(5):
         runner.step()
-    batch, _ = recs["control"].harvest(lambda o, c: np.zeros(len(o)))
+    batch = runner.harvest()["control"].batch
     assert batch.critic_obs.shape[1] == s.critic_dim
     assert set(np.argmax(batch.obs[:, 9:], 1)) == {0, 1, 2}  # one policy, three agent ids
 
@@ -192,11 +221,15 @@ def test_squads_get_their_own_commands():
         {"name": "squad", "period": 2, "agents": {"squads": {"a": ["walker_0", "walker_1"], "b": ["walker_2", "walker_3"]}},
          "observation": {"source": "env"}, "action": {"type": "discrete", "n": 2}, "ppo": {"minibatch_size": 4}},
         {"name": "control", "ppo": {"minibatch_size": 4}}]))
-    probe, specs = probe_env(cfg, 0)
+    probe, _, specs = probe_env(cfg, 0)
     assert specs[0].lanes == ["a", "b"] and specs[0].obs_dim == 2 * 9
-    runner, recs = _runner(cfg, ["squad"])
+    runner, _ = _runner(cfg, ["squad"])
     runner.step()
-    assert set(runner.copies[0].commands["squad"]) == {"a", "b"}
+    cmd = runner.commands["squad"][0]          # [lanes, n]: a one-hot command for each squad
+    assert cmd.shape == (2, 2) and (cmd.sum(1) == 1).all()
+    # Each walker receives its own squad's command.
+    plan = runner.plans[1]
+    assert plan.parent_of.tolist() == [0, 0, 1, 1]
 
 
 # -- training -----------------------------------------------------------------------------------
@@ -258,7 +291,7 @@ def test_hierarchy_trains_through_ray_with_a_group_per_layer(ray_session, tmp_pa
 
 
 def test_corridor_preset_loads():
-    assert load_config(ROOT / "configs" / "corridor_hierarchy.yaml").hierarchical
+    assert len(load_config(ROOT / "configs" / "corridor_hierarchy.yaml").layers) == 2
 
 
 def test_ant_navigate_env_passes_the_checker_and_trains_in_two_stages(tmp_path):
@@ -293,7 +326,7 @@ def test_rllib_multi_agent_env_plugs_in():
     episodes = []
     for _ in range(150):
         episodes += runner.step()
-    batch, _ = recs["control"].harvest(lambda o, c: np.zeros(len(o)))
+    batch = runner.harvest()["control"].batch
     assert len(batch) >= 150 and batch.obs.shape[1] == 4
     assert episodes and all(np.isfinite(r) for r, _, _ in episodes)
 
@@ -361,18 +394,17 @@ def test_turn_based_aec_keeps_waiting_agents_alive_and_ages_their_transitions():
     keeps aging, and the final reward reaches the player who moved last as well."""
     cfg = validate(tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.classic.tictactoe_v3"},
                                layers=[{"name": "control", "ppo": {"minibatch_size": 32}}]))
-    runner, recs = _runner(cfg, ["control"])
-    c = runner.copies[0]
+    runner, _ = _runner(cfg, ["control"])
     runner.step()
-    assert len(c.env.agents) == 2 and len(c.env.acting) == 1
-    first = c.env.possible_agents[0]
+    assert runner.now.alive[0].sum() == 2 and runner.now.acting[0].sum() == 1
+    buf = runner.buffers["control"]
     runner.step()
-    assert recs["control"].pending[(0, first)].steps == 2  # its own move, then the opponent's
+    assert buf.steps[buf.open_row[0, 0], 0, 0] == 2  # the first player's own move, then the opponent's
     for _ in range(60):
         runner.step()
-    ends = [t for seq in recs["control"].closed.values() for t in seq if t.end]
-    assert ends and all(t.terminated for t in ends)
-    assert any(abs(t.env_reward) == 1.0 for t in ends)
+    ends = buf.closed[: runner.t] & buf.end[: runner.t]
+    assert ends.any() and buf.term[: runner.t][ends].all()
+    assert (np.abs(buf.env_r[: runner.t][ends]) == 1.0).any()
 
 
 def test_agents_outside_every_upper_lane_are_refused():

@@ -1,0 +1,575 @@
+"""Batched multi-agent envs: the one env interface the sampler reads.
+
+Every env kind reaches the sampler (:mod:`hdppo.hierarchies.engine`) as a
+:class:`VectorMultiAgentEnv`: ``num_envs`` copies of an env whose agents sit in fixed *slots*,
+with every quantity an array shaped ``[copies, slots, ...]`` and masks saying which slots are
+alive and which act this step. A single-agent Gymnasium env is one slot.
+
+| adapter | wraps | per-copy Python |
+|---|---|---|
+| :class:`GymnasiumCopies` | N copies of a ``gymnasium.Env`` | one ``env.step`` per copy |
+| :class:`AdapterCopies` | N copies of a PettingZoo parallel/AEC env or an RLlib ``MultiAgentEnv`` | one ``step`` per copy, dicts turned into arrays |
+| :class:`GymnasiumVector` | a ``gymnasium.vector.VectorEnv`` (``autoreset_mode`` SAME_STEP) | none |
+| your class | an env that steps N copies at once (EnvPool- or JAX-style) | none |
+
+**Writing a natively vectorised env.** Subclass :class:`VectorMultiAgentEnv` (or duck-type
+it): set ``num_envs``, ``agents`` (slot names), ``name``, ``obs_dim``, ``mask_dim`` (0 without
+action masks), ``state_dim`` (None without a global state), give ``observation_space(agent)``
+and ``action_space(agent)`` (the per-agent spaces), and implement ``reset(seed) -> VecObs``
+and ``step(actions) -> VecStep``. ``actions`` is ``[N, A, *action_shape]`` in the env's own
+format (int64 for Discrete); entries of slots that do not act are to be ignored. A copy whose
+episode ends resets inside the same ``step``: its row of ``obs`` is the reset observation,
+``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did. Point
+``env.type: vector`` and ``env.entry_point`` at a factory ``make(num_envs, seed, **kwargs)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from hdppo.envs.errors import EnvError
+
+# Observations are also checked against the declared space for this many steps after start
+# (NaN/inf is checked on every step; ``space.contains`` is slower).
+SPACE_CHECK_STEPS = 64
+
+
+@dataclass
+class VecObs:
+    """What the sampler reads before acting. ``obs`` of slots that are not alive is 0."""
+
+    obs: np.ndarray                 # [N, A, D] float32 flat observations
+    alive: np.ndarray               # [N, A] bool
+    acting: np.ndarray              # [N, A] bool: alive and acting this step (turn-based envs: one slot)
+    masks: np.ndarray | None        # [N, A, K] float32 legal-action masks (1 legal), or None
+    state: np.ndarray | None        # [N, S] float32 global state, or None when not asked for
+
+
+@dataclass
+class VecStep(VecObs):
+    """One step of every copy. Copies whose episode ended were reset: their ``obs`` etc. are the
+    first of the next episode, and ``final_obs``/``final_state`` the last of the one that ended."""
+
+    rewards: np.ndarray = None          # type: ignore[assignment]  # [N, A] float64
+    terminated: np.ndarray = None       # type: ignore[assignment]  # [N, A] bool: the slot's agent reached a terminal state
+    truncated: np.ndarray = None        # type: ignore[assignment]  # [N, A] bool: cut short (never both)
+    final_obs: np.ndarray = None        # type: ignore[assignment]  # [N, A, D]: last obs where a slot ended or its copy ended
+    final_state: np.ndarray | None = None  # [N, S] where a copy ended
+    episode_end: np.ndarray = None      # type: ignore[assignment]  # [N] bool: the copy's episode ended (it was reset)
+    infos: list[dict[str, dict]] | None = None  # per copy: agent -> info (None: the env gives none)
+    final_raw: dict[int, dict[str, Any]] = field(default_factory=dict)  # copy -> raw obs dict where a slot or copy ended
+    episodes: list[tuple[float, int, int]] = field(default_factory=list)  # (return over agents, length, copy)
+
+
+class VectorMultiAgentEnv:
+    """Interface (see the module docstring). Subclasses set the attributes in ``__init__``."""
+
+    num_envs: int
+    agents: list[str]
+    name: str
+    obs_dim: int
+    mask_dim: int = 0
+    state_dim: int | None = None
+    want_state: bool = False        # set by the sampler: fill ``state`` every step
+
+    def observation_space(self, agent: str) -> gym.Space: ...
+    def action_space(self, agent: str) -> gym.Space: ...
+    def reset(self, seed: int | None = None) -> VecObs: ...
+    def step(self, actions: np.ndarray) -> VecStep: ...
+    def close(self) -> None: ...
+
+    # Only envs made of per-copy Python envs have these (custom observation views need them).
+    def raw_obs(self, i: int) -> dict[str, Any]:
+        raise EnvError(f"env {self.name!r} is natively vectorised: a 'module:function' observation view needs "
+                       "per-copy observations. Write the view into the env, or use observation.source 'env'/'state'.")
+
+    def copy_env(self, i: int) -> Any:
+        return None
+
+
+def flat_dims(space: gym.Space) -> tuple[int, int]:
+    """(flat observation size, action-mask size) of one agent's observation space."""
+    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+        inner = space.spaces.get("observation")
+        return (gym.spaces.flatdim(inner) if inner is not None else 0), int(np.prod(space.spaces["action_mask"].shape))
+    return int(gym.spaces.flatdim(space)), 0
+
+
+def env_actions(space: gym.Space, n: int) -> np.ndarray:
+    """An empty env-format action array ``[n, *shape]`` for ``space``."""
+    if isinstance(space, gym.spaces.Box):
+        return np.zeros((n, *space.shape), np.float32)
+    if isinstance(space, gym.spaces.Discrete):
+        return np.zeros(n, np.int64)
+    return np.zeros((n, *space.shape), np.int64)
+
+
+class _Checker:
+    """NaN/inf on every observation, the declared space for the first steps."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.steps = 0
+
+    def finite(self, obs: np.ndarray, what: str, copy: int) -> None:
+        if not np.isfinite(obs).all():
+            raise EnvError(f"env {self.name!r} returned a non-finite observation (NaN or inf) from {what} "
+                           f"(copy {copy}, step {self.steps}). Fix the env (guard divisions, reset on blow-up) "
+                           "before training.")
+
+    def contains(self, space: gym.Space, obs: Any, what: str, copy: int, agent: str | None = None) -> None:
+        if self.steps < SPACE_CHECK_STEPS and not space.contains(obs):
+            who = f" of agent {agent!r}" if agent is not None else ""
+            raise EnvError(
+                f"env {self.name!r}: the observation{who} from {what} (copy {copy}) does not match the "
+                f"observation_space {space} (got shape {getattr(obs, 'shape', None)}, dtype "
+                f"{getattr(obs, 'dtype', type(obs).__name__)}). Make the env return observations inside its "
+                "declared space (dtype included), or declare the space it really produces.")
+
+    def rewards(self, rewards: np.ndarray) -> None:
+        if not np.isfinite(rewards).all():
+            bad = np.argwhere(~np.isfinite(rewards))[0]
+            raise EnvError(f"env {self.name!r} returned a non-finite reward ({rewards[tuple(bad)]}) at step "
+                           f"{self.steps} (copy {bad[0]}). Fix the env's reward, or clip it in a wrapper, before training.")
+
+
+class GymnasiumCopies(VectorMultiAgentEnv):
+    """``num_envs`` copies of a single-agent ``gymnasium.Env``: one slot, ``agent_0``.
+
+    Gymnasium 1.x vector envs autoreset on the step *after* an episode ends by default
+    (``AutoresetMode.NEXT_STEP``): that extra step returns the reset observation with a zero
+    reward and must not be learned from. This resets in the same step instead, and hands the
+    true final observation back so that a truncated episode bootstraps from V(final obs).
+    """
+
+    def __init__(self, make_env: Callable[[], gym.Env], num_envs: int, name: str = "env"):
+        from hdppo.envs.adapters import SINGLE_AGENT
+
+        self.name, self.num_envs = name, num_envs
+        self.envs = [make_env() for _ in range(num_envs)]
+        self._space = self.envs[0].observation_space
+        self._action_space = self.envs[0].action_space
+        self.agents = [SINGLE_AGENT]
+        self.obs_dim = int(gym.spaces.flatdim(self._space))
+        self._box = isinstance(self._space, gym.spaces.Box)
+        self._discrete = isinstance(self._action_space, gym.spaces.Discrete)
+        self._check = _Checker(name)
+        self._ep_return = np.zeros(num_envs)
+        self._ep_len = np.zeros(num_envs, np.int64)
+        self._obs = np.zeros((num_envs, 1, self.obs_dim), np.float32)
+        self._ones = np.ones((num_envs, 1), bool)
+        self._reset_copy(0, None)  # state() of many envs needs a reset first
+        self.state_dim = int(self._state(0).size)
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._action_space
+
+    def _flat(self, obs: Any, what: str, i: int) -> np.ndarray:
+        flat = (np.asarray(obs, np.float32).reshape(-1) if self._box
+                else gym.spaces.flatten(self._space, obs).astype(np.float32, copy=False))
+        self._check.finite(flat, what, i)
+        self._check.contains(self._space, obs, what, i)
+        return flat
+
+    def _state(self, i: int) -> np.ndarray:
+        fn = getattr(self.envs[i].unwrapped, "state", None)
+        if callable(fn):
+            return np.asarray(fn(), np.float32).reshape(-1)
+        return self._obs[i, 0]
+
+    def _reset_copy(self, i: int, seed: int | None) -> None:
+        out = self.envs[i].reset(seed=seed)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise EnvError(f"env {self.name!r}: reset() must return (observation, info) as in Gymnasium >= 0.26; "
+                           f"got {type(out).__name__}.")
+        self._obs[i, 0] = self._flat(out[0], "reset()", i)
+        self._ep_return[i], self._ep_len[i] = 0.0, 0
+
+    def _states(self) -> np.ndarray | None:
+        return np.stack([self._state(i) for i in range(self.num_envs)]) if self.want_state else None
+
+    def reset(self, seed: int | None = None) -> VecObs:
+        for i in range(self.num_envs):
+            self._reset_copy(i, None if seed is None else seed + i)
+        return VecObs(self._obs.copy(), self._ones, self._ones, None, self._states())
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        n = self.num_envs
+        acts = actions[:, 0].tolist() if self._discrete else actions[:, 0]
+        rewards = np.empty((n, 1))
+        term = np.zeros((n, 1), bool)
+        trunc = np.zeros((n, 1), bool)
+        end = np.zeros(n, bool)
+        final_obs = self._obs  # rows are replaced below; only ended rows are read
+        final_state = None
+        infos: list[dict[str, dict]] = []
+        episodes = []
+        new = np.empty_like(self._obs)
+        for i, env in enumerate(self.envs):
+            out = env.step(acts[i])
+            if not (isinstance(out, tuple) and len(out) == 5):
+                raise EnvError(f"env {self.name!r}: step() must return (obs, reward, terminated, truncated, info) "
+                               f"as in Gymnasium >= 0.26; got a {type(out).__name__} of length "
+                               f"{len(out) if isinstance(out, tuple) else '?'}.")
+            obs, r, te, tr, info = out
+            new[i, 0] = self._flat(obs, "step()", i)
+            rewards[i, 0] = r
+            infos.append({self.agents[0]: info})
+            self._ep_return[i] += r
+            self._ep_len[i] += 1
+            if te or tr:
+                term[i, 0], trunc[i, 0], end[i] = bool(te), bool(tr) and not bool(te), True
+                episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
+        self._check.steps += 1
+        self._check.rewards(rewards)
+        if end.any():
+            final_obs = new.copy()
+            if self.want_state:
+                final_state = np.zeros((n, self.state_dim or 0), np.float32)
+            for i in np.flatnonzero(end):
+                if final_state is not None:
+                    self._obs[i, 0] = new[i, 0]
+                    final_state[i] = self._state(i)
+                self._reset_copy(int(i), None)
+                new[i, 0] = self._obs[i, 0]
+        else:
+            final_obs = new
+        self._obs = new
+        final_raw = {int(i): {self.agents[0]: final_obs[i, 0]} for i in np.flatnonzero(end)}
+        return VecStep(new, self._ones, self._ones, None, self._states(), rewards=rewards, terminated=term,
+                       truncated=trunc, final_obs=final_obs, final_state=final_state, episode_end=end,
+                       infos=infos, episodes=episodes, final_raw=final_raw)
+
+    def raw_obs(self, i: int) -> dict[str, Any]:
+        return {self.agents[0]: self._obs[i, 0]}
+
+    def copy_env(self, i: int) -> Any:
+        return self.envs[i]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class AdapterCopies(VectorMultiAgentEnv):
+    """``num_envs`` copies of a dict-keyed multi-agent env (:mod:`hdppo.envs.adapters`), turned
+    into arrays. Slots are the env's ``possible_agents`` (or its agents at the first reset)."""
+
+    def __init__(self, make_adapter: Callable[[], Any], num_envs: int, name: str | None = None):
+        self.num_envs = num_envs
+        self.copies = [make_adapter() for _ in range(num_envs)]
+        first = self.copies[0]
+        self.name = name or first.name
+        self._check = _Checker(self.name)
+        self._declared = list(first.possible_agents or [])
+        self.agents = list(self._declared)
+        self._ready = False
+
+    # Slots and sizes are known once the first copy has been reset (RLlib envs may name their
+    # agents only then).
+    def _setup(self, first_obs: dict[str, Any]) -> None:
+        first = self.copies[0]
+        if not self.agents:
+            self.agents = list(dict.fromkeys([*first.agents, *first_obs]))
+        self.slot = {a: k for k, a in enumerate(self.agents)}
+        self._spaces = {a: first.observation_space(a) for a in self.agents}
+        dims = {a: flat_dims(s) for a, s in self._spaces.items()}
+        self.obs_dim = max(d for d, _ in dims.values())
+        self.mask_dim = max(k for _, k in dims.values())
+        self._masked = {a for a, (_, k) in dims.items() if k}
+        self._box = {a for a, s in self._spaces.items() if isinstance(s, gym.spaces.Box)}
+        self._dims = {a: d for a, (d, _) in dims.items()}
+        self._act_discrete = isinstance(first.action_space(self.agents[0]), gym.spaces.Discrete)
+        try:
+            self.state_dim = int(np.asarray(first.state()).size)
+        except Exception:  # noqa: BLE001 - an env without state(): asked for only by layers that need it
+            self.state_dim = None
+        n, a = self.num_envs, len(self.agents)
+        self._obs = np.zeros((n, a, self.obs_dim), np.float32)
+        self._masks = np.ones((n, a, self.mask_dim), np.float32) if self.mask_dim else None
+        self._alive = np.zeros((n, a), bool)
+        self._acting = np.zeros((n, a), bool)
+        self._ep_return = np.zeros(n)
+        self._ep_len = np.zeros(n, np.int64)
+        self._raw: list[dict[str, Any]] = [{} for _ in range(n)]
+        self._ready = True
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.copies[0].observation_space(agent)
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.copies[0].action_space(agent)
+
+    def _slot(self, agent: str) -> int:
+        s = self.slot.get(agent)
+        if s is None:
+            raise EnvError(f"env {self.name!r}: agent {agent!r} appeared that was not among its agents at the first "
+                           f"reset ({', '.join(self.agents)}). Declare every agent the env can create in its "
+                           "possible_agents.")
+        return s
+
+    def _write(self, i: int, obs: dict[str, Any], what: str) -> None:
+        """Copy ``obs`` (a dict of the agents that returned one) into row ``i``."""
+        for agent, o in obs.items():
+            s = self._slot(agent)
+            space = self._spaces[agent]
+            if agent in self._masked:
+                inner = space.spaces.get("observation")  # type: ignore[union-attr]
+                flat = gym.spaces.flatten(inner, o["observation"]) if inner is not None else np.zeros(0)
+                self._masks[i, s] = np.asarray(o["action_mask"], np.float32).reshape(-1)  # type: ignore[index]
+            elif agent in self._box:
+                flat = np.asarray(o, np.float32).reshape(-1)
+            else:
+                flat = gym.spaces.flatten(space, o)
+            d = self._dims[agent]
+            self._obs[i, s, :d] = flat
+            self._check.finite(self._obs[i, s], what, i)
+            self._check.contains(space, o, what, i, agent)
+        self._raw[i].update(obs)
+
+    def _refresh_masks(self, i: int) -> None:
+        c = self.copies[i]
+        self._alive[i] = False
+        self._acting[i] = False
+        live = c.agents
+        if live:
+            self._alive[i, [self.slot[a] for a in live]] = True
+            acting = c.acting
+            if acting:
+                self._acting[i, [self.slot[a] for a in acting]] = True
+        self._obs[i, ~self._alive[i]] = 0.0
+
+    def _reset_copy(self, i: int, seed: int | None) -> None:
+        obs = self.copies[i].reset(seed=seed)
+        if not self._ready:
+            self._setup(obs)
+        self._obs[i] = 0.0
+        self._raw[i] = {}
+        self._write(i, obs, "reset()")
+        self._refresh_masks(i)
+        self._ep_return[i], self._ep_len[i] = 0.0, 0
+
+    def _states(self) -> np.ndarray | None:
+        if not self.want_state:
+            return None
+        return np.stack([np.asarray(c.state(), np.float32).reshape(-1) for c in self.copies])
+
+    def _view(self) -> VecObs:
+        return VecObs(self._obs.copy(), self._alive.copy(), self._acting.copy(),
+                      self._masks.copy() if self._masks is not None else None, self._states())
+
+    def reset(self, seed: int | None = None) -> VecObs:
+        for i in range(self.num_envs):
+            self._reset_copy(i, None if seed is None else seed + i)
+        return self._view()
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        n, a = self.num_envs, len(self.agents)
+        rewards = np.zeros((n, a))
+        term = np.zeros((n, a), bool)
+        trunc = np.zeros((n, a), bool)
+        end = np.zeros(n, bool)
+        infos: list[dict[str, dict]] = []
+        episodes = []
+        ended_rows: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+        final_raw: dict[int, dict[str, Any]] = {}
+        for i, c in enumerate(self.copies):
+            slots = np.flatnonzero(self._acting[i])
+            names = [self.agents[s] for s in slots]
+            acts = actions[i, slots]
+            act_dict = dict(zip(names, acts.tolist() if self._act_discrete else list(acts)))
+            obs, rew, te, tr, info = c.step(act_dict)
+            before_alive = self._alive[i].copy()
+            self._write(i, obs, "step()")
+            if rew:
+                ks = [self._slot(k) for k in rew]
+                rewards[i, ks] = list(rew.values())
+            for k, v in te.items():
+                if v:
+                    term[i, self._slot(k)] = True
+            for k, v in tr.items():
+                if v and not te.get(k):
+                    trunc[i, self._slot(k)] = True
+            infos.append(info)
+            r_sum = float(rewards[i].sum())
+            self._ep_return[i] += r_sum
+            self._ep_len[i] += 1
+            if not c.agents:
+                end[i] = True
+                episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
+                # The last view of every agent alive before this step (the ones that just ended included).
+                final = np.where(before_alive[:, None], self._obs[i], 0.0).astype(np.float32)
+                state = np.asarray(c.state(), np.float32).reshape(-1) if self.want_state else None
+                ended_rows.append((i, final, state))
+                final_raw[i] = dict(self._raw[i])
+                self._reset_copy(i, None)
+                continue
+            ended = term[i] | trunc[i]
+            if ended.any():
+                ended_rows.append((i, self._obs[i].copy(), None))
+                final_raw[i] = dict(self._raw[i])
+            self._refresh_masks(i)
+            for agent in list(self._raw[i]):
+                if not self._alive[i, self.slot[agent]]:
+                    del self._raw[i][agent]
+        self._check.steps += 1
+        self._check.rewards(rewards)
+        view = self._view()
+        final_obs = view.obs.copy() if ended_rows else view.obs
+        final_state = None
+        if self.want_state and end.any():
+            final_state = view.state.copy()  # type: ignore[union-attr]
+        for i, rows, state in ended_rows:
+            final_obs[i] = rows
+            if state is not None:
+                final_state[i] = state  # type: ignore[index]
+        return VecStep(view.obs, view.alive, view.acting, view.masks, view.state, rewards=rewards, terminated=term,
+                       truncated=trunc, final_obs=final_obs, final_state=final_state, episode_end=end,
+                       infos=infos, episodes=episodes, final_raw=final_raw)
+
+    def raw_obs(self, i: int) -> dict[str, Any]:
+        return self._raw[i]
+
+    def copy_env(self, i: int) -> Any:
+        return self.copies[i]
+
+    def close(self) -> None:
+        for c in self.copies:
+            c.close()
+
+
+class GymnasiumVector(VectorMultiAgentEnv):
+    """A ``gymnasium.vector.VectorEnv`` (one slot), stepped with one call for all copies. It must
+    reset in the same step (``autoreset_mode=AutoresetMode.SAME_STEP``; its final observations
+    then come in ``infos['final_obs']``)."""
+
+    def __init__(self, venv: Any, name: str = "env"):
+        from hdppo.envs.adapters import SINGLE_AGENT
+
+        mode = venv.metadata.get("autoreset_mode")
+        same = getattr(gym.vector.AutoresetMode, "SAME_STEP", None)
+        if mode not in (same, getattr(same, "value", None)):
+            raise EnvError(f"env {name!r}: a Gymnasium VectorEnv must reset in the same step: make it with "
+                           "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP} "
+                           f"(its autoreset_mode is {mode}). With NEXT_STEP every episode end adds a step that "
+                           "must not be learned from.")
+        self.venv, self.name = venv, name
+        self.num_envs = int(venv.num_envs)
+        self.agents = [SINGLE_AGENT]
+        self._space = venv.single_observation_space
+        self._action_space = venv.single_action_space
+        self.obs_dim = int(gym.spaces.flatdim(self._space))
+        self.state_dim = self.obs_dim
+        self._box = isinstance(self._space, gym.spaces.Box)
+        self._check = _Checker(name)
+        self._ones = np.ones((self.num_envs, 1), bool)
+        self._ep_return = np.zeros(self.num_envs)
+        self._ep_len = np.zeros(self.num_envs, np.int64)
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._action_space
+
+    def _flat(self, obs: Any) -> np.ndarray:
+        if self._box:
+            out = np.asarray(obs, np.float32).reshape(self.num_envs, 1, -1)
+        else:
+            out = np.stack([gym.spaces.flatten(self._space, o) for o in gym.vector.utils.iterate(
+                self.venv.observation_space, obs)]).astype(np.float32).reshape(self.num_envs, 1, -1)
+        self._check.finite(out, "the vector env", -1)
+        return out
+
+    def reset(self, seed: int | None = None) -> VecObs:
+        obs, _ = self.venv.reset(seed=seed)
+        self._ep_return[:], self._ep_len[:] = 0.0, 0
+        flat = self._flat(obs)
+        return VecObs(flat, self._ones, self._ones, None, flat[:, 0] if self.want_state else None)
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        obs, r, te, tr, info = self.venv.step(actions[:, 0])
+        flat = self._flat(obs)
+        r = np.asarray(r, np.float64)
+        te, tr = np.asarray(te, bool), np.asarray(tr, bool) & ~np.asarray(te, bool)
+        end = te | tr
+        self._check.steps += 1
+        self._check.rewards(r[:, None])
+        self._ep_return += r
+        self._ep_len += 1
+        episodes = [(float(self._ep_return[i]), int(self._ep_len[i]), int(i)) for i in np.flatnonzero(end)]
+        final = flat
+        if end.any():
+            final = flat.copy()
+            fo = info.get("final_obs")
+            for i in np.flatnonzero(end):
+                if fo is not None and fo[i] is not None:
+                    final[i, 0] = (np.asarray(fo[i], np.float32).reshape(-1) if self._box
+                                   else gym.spaces.flatten(self._space, fo[i]))
+            self._ep_return[end], self._ep_len[end] = 0.0, 0
+        state = flat[:, 0] if self.want_state else None
+        return VecStep(flat, self._ones, self._ones, None, state, rewards=r[:, None], terminated=te[:, None],
+                       truncated=tr[:, None], final_obs=final, final_state=final[:, 0] if self.want_state else None,
+                       episode_end=end, infos=None, episodes=episodes)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
+                    max_episode_steps: int | None, num_envs: int, seed: int | None = None) -> VectorMultiAgentEnv:
+    """``num_envs`` copies of the configured env as one :class:`VectorMultiAgentEnv`."""
+    from hdppo.envs.adapters import GymnasiumAdapter, make_multi_agent
+    from hdppo.envs.loading import make_gym_env, resolve_entry_point
+
+    name = env_id or entry_point or "env"
+    if env_type == "gymnasium":
+        make = lambda: make_gym_env(env_id, entry_point, kwargs, max_episode_steps)  # noqa: E731
+        first = make()
+        space = first.observation_space
+        first.close()
+        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+            return AdapterCopies(lambda: GymnasiumAdapter(make(), name), num_envs, name)
+        return GymnasiumCopies(make, num_envs, name)
+    if env_type in ("pettingzoo", "rllib"):
+        return AdapterCopies(lambda: make_multi_agent(env_type, env_id, entry_point, kwargs, max_episode_steps),
+                             num_envs, name)
+    if env_type == "gymnasium_vector":
+        same = gym.vector.AutoresetMode.SAME_STEP
+        try:
+            if entry_point is not None:
+                venv = resolve_entry_point(entry_point)(num_envs=num_envs, **kwargs)
+            else:
+                venv = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                                    vector_kwargs={"autoreset_mode": same},
+                                    **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **kwargs)
+        except (gym.error.Error, TypeError) as exc:
+            raise EnvError(f"env {name!r} could not be made as a Gymnasium vector env ({exc}). An entry_point is "
+                           "called as make(num_envs=, **env.kwargs); an id goes to gymnasium.make_vec.") from None
+        if not isinstance(venv, gym.vector.VectorEnv):
+            raise EnvError(f"env {name!r}: type 'gymnasium_vector' but the factory returned {type(venv).__name__}, "
+                           "not a gymnasium.vector.VectorEnv. Return one, or use env.type 'gymnasium'.")
+        return GymnasiumVector(venv, name)
+    if env_type == "vector":
+        if entry_point is None:
+            raise EnvError("env.type 'vector' needs env.entry_point: a factory make(num_envs, seed, **kwargs) "
+                           "returning an hdppo.envs.vector.VectorMultiAgentEnv.")
+        try:
+            venv = resolve_entry_point(entry_point)(num_envs=num_envs, seed=seed, **kwargs)
+        except TypeError as exc:
+            raise EnvError(f"env {name!r} (type 'vector') rejected its arguments ({exc}): the factory is called as "
+                           "make(num_envs=, seed=, **env.kwargs). Check env.kwargs and the factory's signature.") from None
+        missing = [a for a in ("num_envs", "agents", "obs_dim", "reset", "step") if not hasattr(venv, a)]
+        if missing:
+            raise EnvError(f"env {name!r}: type 'vector' but the factory's {type(venv).__name__} lacks "
+                           f"{', '.join(missing)}; implement hdppo.envs.vector.VectorMultiAgentEnv.")
+        if int(venv.num_envs) != num_envs:
+            raise EnvError(f"env {name!r}: asked for {num_envs} copies, the factory made {venv.num_envs}.")
+        return venv
+    raise EnvError(f"env.type {env_type!r} is not one of gymnasium, pettingzoo, rllib, gymnasium_vector, vector.")

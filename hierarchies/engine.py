@@ -1,0 +1,573 @@
+"""The sampler: every run, flat or hierarchical, single- or multi-agent, steps through here.
+
+Each layer acts for *lanes*: the bottom layer for agent slots of the env, a layer above for its
+squads (or for all agents). Everything is an array ``[copies N, lanes L, ...]`` with masks:
+
+- each env step, top layer first, the lanes that are due (bottom: agents that act now; above:
+  copies whose episode time is a multiple of the layer's ``every``, squads with a live member)
+  build their inputs (env view + the parent lane's command + agent id) in one gather, and one
+  batched forward pass per layer picks their actions. The bottom layer's go to the env; the
+  others become the commands of the lanes below;
+- a recorded layer writes each decision into row ``t`` of its buffers ``[T, N, L, ...]``; the
+  transition stays open, collecting reward (the env's, summed over the lane's agents, plus an
+  optional command-following reward), until the lane decides again or its episode ends. With
+  ``discount: smdp`` it accumulates sum_k gamma^k r_k and discounts by gamma^steps;
+- the critic runs once per stretch of rows acted with one weights version, batched, and GAE runs
+  backwards over the rows with one vectorised step per env step.
+
+A transition still open at the end of a rollout stays open into the next one (its reward is not
+cut in two), except where the lane decides on the very next step and its layer takes no
+command: then it closes now, bootstrapped from V(next observation), as a flat PPO rollout does.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from hdppo.envs.errors import EnvError
+from hdppo.envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions
+from hdppo.hierarchies.intrinsic import resolve
+from hdppo.hierarchies.spec import LayerSpec
+from hdppo.platform.batch import Batch
+from hdppo.policies.gae import decision_gae
+from hdppo.policies.networks import ActorCritic
+from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler
+
+
+@dataclass
+class Track:
+    """How a recorded layer turns rewards into returns."""
+
+    gamma: float
+    lam: float
+    smdp: bool
+    scaler: RewardScaler
+
+
+@dataclass
+class Harvest:
+    """One layer's part of a rollout."""
+
+    batch: Batch
+    env_reward: float = 0.0        # sums over the batch's transitions
+    intrinsic_reward: float = 0.0
+    bonus: float = 0.0
+    command_counts: list[int] | None = None
+
+
+class _Plan:
+    """Index arrays of one layer over the env's agent slots."""
+
+    def __init__(self, spec: LayerSpec, agents: list[str], specs: list[LayerSpec]):
+        self.spec = spec
+        self.name = spec.name
+        self.bottom = spec.bottom
+        A = len(agents)
+        slot = {a: k for k, a in enumerate(agents)}
+        if spec.bottom:
+            lanes = list(spec.members) if spec.members else list(agents)
+            self.lanes = lanes
+            self.lane_slots = np.array([slot[a] for a in lanes], np.int64)
+            members = [[slot[a]] for a in lanes]
+            self.fixed = np.ones(len(lanes), bool)
+        else:
+            self.lanes = list(spec.lanes)  # type: ignore[arg-type]
+            members = [[slot[a] for a in spec.members[lane]] if spec.members[lane] is not None else list(range(A))
+                       for lane in self.lanes]
+            self.fixed = np.array([spec.members[lane] is not None for lane in self.lanes])
+            self.lane_slots = None
+        self.L = len(self.lanes)
+        self.membership = np.zeros((A, self.L), np.float64)  # [A, L]: 1 where slot a is in lane l
+        for lane, ms in enumerate(members):
+            self.membership[ms, lane] = 1.0
+        self.gather = np.array(members, np.int64) if len({len(m) for m in members}) == 1 else None
+        self.members = members
+        self.parent: int | None = None
+        self.parent_of: np.ndarray | None = None
+        if spec.command_in:
+            upper = specs[spec.index - 1]
+            up_members = [set(range(A)) if upper.members[lane] is None else {slot[a] for a in upper.members[lane]}
+                          for lane in upper.lanes]  # type: ignore[union-attr]
+            self.parent = spec.index - 1
+            self.parent_of = np.array([next(k for k, um in enumerate(up_members) if set(ms) <= um) for ms in members])
+        self.ids = (np.eye(len(spec.agent_ids), dtype=np.float32)[
+            [spec.agent_ids.index(a) for a in self.lanes]] if spec.agent_ids else None)
+        self.intrinsic: Callable[..., Any] | None = None
+        self.vectorized = False
+        if spec.cfg.reward.intrinsic_fn:
+            fn = resolve(spec.cfg.reward.intrinsic_fn)
+            self.intrinsic = getattr(fn, "fn", fn)
+            self.vectorized = bool(getattr(fn, "vectorized", False))
+            if self.gather is None:
+                raise EnvError(f"layer {spec.name!r}: reward.intrinsic_fn on squads of different sizes; the reward "
+                               "receives the squad's observations side by side, so its squads must be equal.")
+
+    def member_obs(self, obs: np.ndarray) -> np.ndarray:
+        """The lanes' agents' flat env observations side by side ``[N, L, m * D]``."""
+        if self.bottom:
+            return obs[:, self.lane_slots]
+        return obs[:, self.gather].reshape(obs.shape[0], self.L, -1)
+
+
+class _Buffers:
+    """A recorded layer's rows ``[T, N, L]``; row 0 holds transitions carried over from the last rollout."""
+
+    FIELDS = ("value", "logp", "R", "rew", "gam", "env_r", "int_r", "bonus", "steps")
+    FLAGS = ("decided", "closed", "end", "term", "stop")
+
+    def __init__(self, cap: int, N: int, L: int, obs_dim: int, act_dim: int, mask_dim: int, critic_dim: int):
+        self.N, self.L = N, L
+        self.dims = {"obs": obs_dim, "act": act_dim, "mask": mask_dim, "critic": critic_dim}
+        self.cap = 0
+        self._grow(cap)
+        self.open_row = np.full((N, L), -1, np.int64)
+        self.disc = np.ones((N, L))
+        self.boot_rows: list[np.ndarray] = []   # [k, 3] (t, n, l) of closed rows bootstrapped from a view
+        self.boot_obs: list[np.ndarray] = []
+        self.boot_critic: list[np.ndarray] = []
+        self.boot_value: list[np.ndarray | None] = []
+        self.value_from = 1   # rows before this have their values
+
+    def _alloc(self, T: int) -> dict[str, np.ndarray]:
+        N, L, d = self.N, self.L, self.dims
+        out = {k: np.zeros((T, N, L, d[k]), np.float32) for k in ("obs", "act", "mask", "critic")}
+        out |= {k: np.zeros((T, N, L), np.float64 if k in ("R", "gam", "env_r", "int_r", "bonus", "steps") else np.float32)
+                for k in self.FIELDS}
+        out |= {k: np.zeros((T, N, L), bool) for k in self.FLAGS}
+        out["version"] = np.zeros((T, N, L), np.int64)
+        return out
+
+    def _grow(self, cap: int) -> None:
+        new = self._alloc(cap)
+        if self.cap:
+            for k, v in new.items():
+                v[: self.cap] = self.arrays[k]
+        self.arrays, self.cap = new, cap
+        for k, v in new.items():
+            setattr(self, k, v)
+
+    def ensure(self, t: int) -> None:
+        if t >= self.cap:
+            self._grow(max(2 * self.cap, t + 1))
+
+    def carry_over(self) -> None:
+        """Start a new rollout: open transitions move to row 0, everything else is forgotten."""
+        open_ = self.open_row >= 0
+        n, lane = np.nonzero(open_)
+        rows = self.open_row[open_]
+        kept = {k: v[rows, n, lane].copy() for k, v in self.arrays.items()}
+        for k, v in self.arrays.items():
+            if k in self.FIELDS or k in self.FLAGS:
+                v[:] = 0  # rows >= 1 are written anew; their accumulators and flags must start clean
+            else:
+                v[0] = 0
+        for k, v in self.arrays.items():
+            v[0, n, lane] = kept[k]
+        self.open_row[open_] = 0
+        self.boot_rows, self.boot_obs, self.boot_critic, self.boot_value = [], [], [], []
+        self.value_from = 1
+
+
+def command_vectors(spec: LayerSpec, actions: np.ndarray) -> np.ndarray:
+    """A layer's actions ``[B, dim]`` as the layer below receives them ``[B, C]``: one-hot(s), or the clipped goal."""
+    a = spec.cfg.action
+    if a.type == "box":
+        return np.clip(actions, a.low, a.high).astype(np.float32)
+    nvec = [a.n] if a.type == "discrete" else a.nvec
+    parts = [np.eye(n, dtype=np.float32)[actions[:, k].astype(np.int64)] for k, n in enumerate(nvec)]  # type: ignore[union-attr, arg-type]
+    return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+
+class Sampler:
+    """Steps ``venv`` with every layer's policy; records the layers in ``tracks``."""
+
+    def __init__(self, specs: list[LayerSpec], venv: VectorMultiAgentEnv, policies: dict[str, ActorCritic],
+                 obs_norms: dict[str, ObservationNormalizer], tracks: dict[str, Track] | None = None,
+                 deterministic: bool = False, bonus: Callable[[str, np.ndarray], np.ndarray] | None = None,
+                 seed: int | None = 0, first: VecObs | None = None):
+        self.specs, self.venv = specs, venv
+        self.policies, self.obs_norms = policies, obs_norms
+        self.tracks = tracks or {}
+        self.deterministic = deterministic
+        self.bonus = bonus
+        self.version: dict[str, int] = {s.name: 0 for s in specs}
+        self.N = venv.num_envs
+        self.plans = [_Plan(s, venv.agents, specs) for s in specs]
+        self.now = first if first is not None else venv.reset(seed=seed)
+        self.ep_t = np.zeros(self.N, np.int64)
+        A = len(venv.agents)
+        self.agent_ended = np.zeros((self.N, A), bool)
+        self.agent_trunc = np.zeros((self.N, A), bool)
+        self.commands = {p.name: np.zeros((self.N, p.L, s.cfg.action.command_dim()), np.float32)
+                         for p, s in zip(self.plans, specs) if not p.bottom}
+        self.last_action = {p.name: np.zeros((self.N, p.L, policies[p.name].head.dim), np.float32) for p in self.plans}
+        bottom = specs[-1]
+        self.env_act = env_actions(bottom.action_space, self.N * A).reshape((self.N, A, *bottom.action_space.shape))  # type: ignore[union-attr]
+        self.buffers: dict[str, _Buffers] = {}
+        for p, s in zip(self.plans, specs):
+            if s.name in self.tracks:
+                self.buffers[s.name] = _Buffers(64, self.N, p.L, s.obs_dim, policies[s.name].head.dim, s.mask_dim,
+                                                s.critic_dim or 0)
+        self.command_counts = {s.name: np.zeros(s.cfg.action.n or 0, np.int64) for s in specs
+                               if not s.bottom and s.cfg.action.type == "discrete"}
+        self.env_steps = 0
+        self.t = 1
+        self._raw_needed = any(s.obs_fn is not None for s in specs)
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def _env_part(self, p: _Plan, obs: np.ndarray, state: np.ndarray | None, due: np.ndarray,
+                  raw: Callable[[int], dict] | None = None) -> np.ndarray:
+        """The env part of every lane's input ``[N, L, De]`` (a ``module:function`` view only for ``due`` lanes)."""
+        spec = p.spec
+        src = spec.cfg.observation.source
+        if src == "env":
+            if p.bottom:
+                return obs[:, p.lane_slots]
+            if p.gather is None:
+                raise EnvError(f"layer {spec.name!r}: squads of different sizes cannot share an 'env' observation.")
+            return obs[:, p.gather].reshape(self.N, p.L, -1)
+        if src == "state":
+            return np.broadcast_to(state[:, None, :], (self.N, p.L, state.shape[-1]))  # type: ignore[index]
+        width = spec.obs_dim - spec.command_in - len(spec.agent_ids)
+        out = np.zeros((self.N, p.L, width), np.float32)
+        raw = raw or self.venv.raw_obs
+        for n, lane in zip(*np.nonzero(due)):
+            members = [self.venv.agents[k] for k in p.members[lane]]
+            out[n, lane] = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
+                                      np.float32).reshape(-1)
+        return out
+
+    def _command_in(self, p: _Plan) -> np.ndarray | None:
+        if p.parent is None:
+            return None
+        return self.commands[self.plans[p.parent].name][:, p.parent_of]
+
+    def _inputs(self, p: _Plan, obs: np.ndarray, state: np.ndarray | None, due: np.ndarray,
+                raw: Callable[[int], dict] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """(policy input ``[N, L, D]``, critic input ``[N, L, C]`` or None)."""
+        parts = [self._env_part(p, obs, state, due, raw)]
+        cmd = self._command_in(p)
+        if cmd is not None:
+            parts.append(cmd)
+        if p.ids is not None:
+            parts.append(np.broadcast_to(p.ids, (self.N, p.L, p.ids.shape[1])))
+        x = np.concatenate(parts, axis=-1, dtype=np.float32) if len(parts) > 1 else np.asarray(parts[0], np.float32)
+        if x.shape[-1] != p.spec.obs_dim:
+            raise EnvError(f"layer {p.name!r}: its observation has {x.shape[-1]} values, expected {p.spec.obs_dim} "
+                           "(the size seen when the env was first reset). The env's observation size must not "
+                           "change during training.")
+        critic = None
+        if p.spec.critic_dim is not None:
+            st = np.broadcast_to(state[:, None, :], (self.N, p.L, state.shape[-1]))  # type: ignore[index]
+            critic = np.concatenate([st, cmd], axis=-1, dtype=np.float32) if cmd is not None else np.asarray(st, np.float32)
+        return x, critic
+
+    def _due(self, p: _Plan, now: VecObs, ep_t: np.ndarray) -> np.ndarray:
+        if p.bottom:
+            return now.acting[:, p.lane_slots]
+        live = now.alive.astype(np.float64) @ p.membership > 0
+        return (ep_t % p.spec.every == 0)[:, None] & live
+
+    # -- one env step ----------------------------------------------------------------------------
+    def step(self) -> list[tuple[float, int, int]]:
+        """Advance every copy by one env step; returns (return, length, copy) of episodes that ended."""
+        now, t = self.now, self.t
+        for buf in self.buffers.values():
+            buf.ensure(t)
+        env_in: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # recorded layers: env part before the step
+        for p in self.plans:
+            due = self._due(p, now, self.ep_t)
+            if not due.any():
+                continue
+            x, critic = self._inputs(p, now.obs, now.state, due)
+            raw = x[due]
+            norm = self.obs_norms[p.name]
+            buf = self.buffers.get(p.name)
+            if buf is not None:
+                norm.observe(raw)
+            obs = norm(raw)
+            masks = None
+            if p.bottom and p.spec.mask_dim:
+                masks = (now.masks[:, p.lane_slots][due] if now.masks is not None  # type: ignore[index]
+                         else np.ones((len(obs), p.spec.mask_dim), np.float32))
+            crit = critic[due] if critic is not None else None
+            policy = self.policies[p.name]
+            actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
+                                          torch.from_numpy(masks) if masks is not None else None,
+                                          torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
+                                          with_value=False)
+            n_idx, l_idx = np.nonzero(due)
+            self.last_action[p.name][n_idx, l_idx] = actions
+            if p.bottom:
+                self.env_act[n_idx, p.lane_slots[l_idx]] = policy.head.to_env_array(actions)
+            else:
+                self.commands[p.name][n_idx, l_idx] = command_vectors(p.spec, actions)
+                if p.name in self.command_counts:
+                    self.command_counts[p.name] += np.bincount(actions[:, 0].astype(np.int64),
+                                                               minlength=len(self.command_counts[p.name]))
+            if buf is None:
+                continue
+            self._close(p, buf, due & (buf.open_row >= 0), end=False)
+            bonus = self.bonus(p.name, obs) if self.bonus is not None else None
+            buf.obs[t, n_idx, l_idx] = obs
+            buf.act[t, n_idx, l_idx] = actions
+            buf.logp[t, n_idx, l_idx] = logp
+            if masks is not None:
+                buf.mask[t, n_idx, l_idx] = masks
+            if crit is not None:
+                buf.critic[t, n_idx, l_idx] = crit
+            buf.decided[t, n_idx, l_idx] = True
+            buf.version[t, n_idx, l_idx] = self.version[p.name]
+            buf.R[t, n_idx, l_idx] = bonus if bonus is not None else 0.0
+            buf.bonus[t, n_idx, l_idx] = bonus if bonus is not None else 0.0
+            buf.env_r[t, n_idx, l_idx] = 0.0
+            buf.int_r[t, n_idx, l_idx] = 0.0
+            buf.steps[t, n_idx, l_idx] = 0.0
+            buf.open_row[n_idx, l_idx] = t
+            buf.disc[n_idx, l_idx] = 1.0
+        for p in self.plans:
+            if p.name in self.buffers and p.intrinsic is not None:
+                env_in[p.name] = (p.member_obs(now.obs), self._command_in(p))  # type: ignore[assignment]
+        res = self.venv.step(self.env_act)
+        self.env_steps += self.N
+        self._after_step(res, env_in)
+        self.now = res
+        self.t += 1
+        return res.episodes
+
+    def _intrinsic(self, p: _Plan, res: VecStep, before: tuple[np.ndarray, np.ndarray | None],
+                   open_: np.ndarray) -> np.ndarray:
+        """Command-following reward ``[N, L]`` of the open lanes."""
+        fn = p.intrinsic
+        out = np.zeros((self.N, p.L))
+        env_before, cmd = before
+        # The observations after the step: the final ones where a slot or copy ended (not the reset ones).
+        after_obs = np.where((res.terminated | res.truncated | res.episode_end[:, None])[..., None], res.final_obs, res.obs)
+        env_after = p.member_obs(after_obs)
+        width = cmd.shape[-1] if cmd is not None else 0
+        n_idx, l_idx = np.nonzero(open_)
+        if not len(n_idx):
+            return out
+        commands = cmd[n_idx, l_idx] if cmd is not None else np.zeros((len(n_idx), width), np.float32)
+        actions = self.last_action[p.name][n_idx, l_idx]
+        infos = []
+        for n, lane in zip(n_idx, l_idx):
+            info_n = res.infos[n] if res.infos is not None else {}
+            members = [self.venv.agents[k] for k in p.members[lane]]
+            infos.append(info_n.get(members[0], {}) if p.bottom else {m: info_n.get(m, {}) for m in members})
+        if p.vectorized:
+            out[n_idx, l_idx] = np.asarray(fn(command=commands, obs=env_before[n_idx, l_idx],  # type: ignore[misc]
+                                              next_obs=env_after[n_idx, l_idx], action=actions, info=infos), np.float64)
+        else:
+            for k in range(len(n_idx)):
+                out[n_idx[k], l_idx[k]] = float(fn(command=commands[k], obs=env_before[n_idx[k], l_idx[k]],  # type: ignore[misc]
+                                                   next_obs=env_after[n_idx[k], l_idx[k]], action=actions[k],
+                                                   info=infos[k]))
+        return out
+
+    def _after_step(self, res: VecStep, env_in: dict) -> None:
+        ended_now = res.terminated | res.truncated
+        self.agent_ended |= ended_now
+        self.agent_trunc |= res.truncated
+        end = res.episode_end
+        # Alive after the step, before any reset (a copy that ended has no one alive).
+        live_after = np.where(end[:, None], False, res.alive).astype(np.float64)
+        for p in self.plans:
+            buf = self.buffers.get(p.name)
+            if buf is None:
+                continue
+            cfg = p.spec.cfg.reward
+            open_ = buf.open_row >= 0
+            if not open_.any():
+                continue
+            r_env = res.rewards @ p.membership                     # [N, L] the lane's agents' rewards
+            r = cfg.env * r_env
+            r_int = None
+            if p.intrinsic is not None:
+                r_int = self._intrinsic(p, res, env_in[p.name], open_)
+                r = r + cfg.intrinsic * r_int
+            n_idx, l_idx = np.nonzero(open_)
+            rows = buf.open_row[open_]
+            track = self.tracks[p.name]
+            if track.smdp:
+                buf.R[rows, n_idx, l_idx] += buf.disc[open_] * r[open_]
+                buf.disc[open_] *= track.gamma
+            else:
+                buf.R[rows, n_idx, l_idx] += r[open_]
+            buf.env_r[rows, n_idx, l_idx] += r_env[open_]
+            buf.steps[rows, n_idx, l_idx] += 1
+            if r_int is not None:
+                buf.int_r[rows, n_idx, l_idx] += r_int[open_]
+            # Ends: the bottom lane of an agent that ended; a squad whose members are all gone;
+            # every lane of a copy whose episode ended.
+            ended_cnt = self.agent_ended.astype(np.float64) @ p.membership
+            trunc_cnt = self.agent_trunc.astype(np.float64) @ p.membership
+            truncated = (ended_cnt > 0) & (trunc_cnt == ended_cnt)
+            if p.bottom:
+                closing = ended_now[:, p.lane_slots] | end[:, None]
+            else:
+                closing = ((live_after @ p.membership == 0) & p.fixed[None, :]) | end[:, None]
+            closing &= open_
+            if closing.any():
+                self._close(p, buf, closing, end=True, truncated=truncated, res=res)
+        # Copies whose episode ended start the next one.
+        if end.any():
+            self.ep_t[end] = 0
+            self.agent_ended[end] = False
+            self.agent_trunc[end] = False
+            for cmd in self.commands.values():
+                cmd[end] = 0.0
+        self.ep_t[~end] += 1
+
+    # -- closing transitions ---------------------------------------------------------------------
+    def _close(self, p: _Plan, buf: _Buffers, closing: np.ndarray, end: bool,
+               truncated: np.ndarray | None = None, res: VecStep | None = None, cut: bool = False) -> None:
+        """Close the open transitions of ``closing`` lanes: scale their reward, note how they end,
+        and keep the view to bootstrap from where an episode was truncated (or the rollout cut)."""
+        if not closing.any():
+            return
+        track = self.tracks[p.name]
+        n_idx, l_idx = np.nonzero(closing)
+        rows = buf.open_row[closing]
+        gamma = buf.disc[closing] if track.smdp else np.full(len(rows), track.gamma)
+        term = np.zeros(len(rows), bool)
+        if end:
+            term = ~truncated[closing]  # type: ignore[index]
+        slots = n_idx * p.L + l_idx
+        buf.rew[rows, n_idx, l_idx] = track.scaler.scale(slots, buf.R[rows, n_idx, l_idx],
+                                                         np.full(len(rows), end), gamma=gamma)
+        buf.gam[rows, n_idx, l_idx] = gamma
+        buf.closed[rows, n_idx, l_idx] = True
+        buf.end[rows, n_idx, l_idx] = end
+        buf.term[rows, n_idx, l_idx] = term
+        buf.stop[rows, n_idx, l_idx] = end or cut
+        buf.open_row[closing] = -1
+        boot = (~term) if (end or cut) else np.zeros(len(rows), bool)
+        if boot.any():
+            view = np.zeros_like(closing)
+            view[n_idx[boot], l_idx[boot]] = True
+            if cut:
+                x, critic = self._inputs(p, self.now.obs, self.now.state, view)
+            else:
+                obs = res.final_obs  # type: ignore[union-attr]
+                state = res.final_state if res.final_state is not None else res.state  # type: ignore[union-attr]
+                if state is not None and res.state is not None and res.final_state is not None:  # type: ignore[union-attr]
+                    state = np.where(res.episode_end[:, None], res.final_state, res.state)  # type: ignore[union-attr]
+                x, critic = self._inputs(p, obs, state, view, lambda i: res.final_raw.get(i) or self.venv.raw_obs(i))  # type: ignore[union-attr]
+            buf.boot_rows.append(np.stack([rows[boot], n_idx[boot], l_idx[boot]], axis=1))
+            buf.boot_obs.append(self.obs_norms[p.name](x[view]))
+            buf.boot_critic.append(critic[view] if critic is not None else np.zeros((int(boot.sum()), 0), np.float32))
+            buf.boot_value.append(None)
+
+    # -- values, GAE, batches --------------------------------------------------------------------
+    def flush_values(self) -> None:
+        """Values of the rows decided since the last flush, with the weights that acted on them
+        (called before new weights are loaded mid-rollout, and at harvest)."""
+        for name, buf in self.buffers.items():
+            policy = self.policies[name]
+            lo, hi = buf.value_from, self.t
+            if hi > lo:
+                sel = buf.decided[lo:hi]
+                if sel.any():
+                    obs = buf.obs[lo:hi][sel]
+                    critic = buf.critic[lo:hi][sel]
+                    with torch.inference_mode():
+                        v = policy.value(torch.from_numpy(obs), torch.from_numpy(critic) if policy.central else None)
+                    buf.value[lo:hi][sel] = v.numpy()
+                buf.value_from = hi
+            for k, val in enumerate(buf.boot_value):
+                if val is None:
+                    with torch.inference_mode():
+                        v = policy.value(torch.from_numpy(buf.boot_obs[k]),
+                                         torch.from_numpy(buf.boot_critic[k]) if policy.central else None)
+                    buf.boot_value[k] = v.numpy()
+
+    def _cut(self) -> None:
+        """End of a rollout: a lane of a command-less layer that decides on the next step closes
+        now, bootstrapped from V(next observation)."""
+        for p in self.plans:
+            buf = self.buffers.get(p.name)
+            if buf is None or p.spec.command_in:
+                continue
+            closing = self._due(p, self.now, self.ep_t) & (buf.open_row >= 0)
+            self._close(p, buf, closing, end=False, cut=True)
+
+    def harvest(self) -> dict[str, Harvest]:
+        """Every recorded layer's closed transitions as a Batch with GAE; open ones carry over."""
+        self._cut()
+        self.flush_values()
+        out: dict[str, Harvest] = {}
+        for p in self.plans:
+            buf = self.buffers.get(p.name)
+            if buf is None:
+                continue
+            T = self.t
+            boot = np.zeros((T, self.N, p.L))
+            for rows, val in zip(buf.boot_rows, buf.boot_value):
+                boot[rows[:, 0], rows[:, 1], rows[:, 2]] = val
+            adv = decision_gae(buf.rew[:T].astype(np.float64), buf.value[:T].astype(np.float64), buf.gam[:T],
+                               self.tracks[p.name].lam, buf.decided[:T], buf.closed[:T], buf.stop[:T],
+                               buf.term[:T], boot)
+            sel = buf.closed[:T]
+            a = adv[sel]
+            v = buf.value[:T][sel]
+            batch = Batch(obs=buf.obs[:T][sel], actions=buf.act[:T][sel], logp=buf.logp[:T][sel], values=v,
+                          advantages=a.astype(np.float32), returns=(a + v).astype(np.float32),
+                          masks=buf.mask[:T][sel], critic_obs=buf.critic[:T][sel], versions=buf.version[:T][sel])
+            counts = self.command_counts.get(p.name)
+            out[p.name] = Harvest(batch, float(buf.env_r[:T][sel].sum()), float(buf.int_r[:T][sel].sum()),
+                                  float(buf.bonus[:T][sel].sum()),
+                                  counts.tolist() if counts is not None and counts.size else None)
+            buf.carry_over()
+        for c in self.command_counts.values():
+            c[:] = 0
+        self.t = 1
+        return out
+
+    def decided_count(self, name: str) -> int:
+        """Transitions decided in this rollout so far (the carried-over row excluded)."""
+        buf = self.buffers[name]
+        return int(buf.decided[1:self.t].sum())
+
+    def collect(self, quota: dict[str, int], refresh: Callable[[], None] | None = None,
+                refresh_every: int = 0) -> tuple[dict[str, Harvest], list[tuple[float, int, int]], int]:
+        """Step until every recorded layer has ``quota`` transitions; (harvests, episodes, env steps).
+        ``refresh`` (soft sync) is called every ``refresh_every`` steps to adopt newer weights."""
+        start = self.env_steps
+        every = max(s.every for s in self.specs)
+        cap = 1000 * max(quota.values()) * every  # a layer that never acts must not hang
+        episodes: list[tuple[float, int, int]] = []
+        steps = 0
+        while any(self.decided_count(n) < q for n, q in quota.items()):
+            if refresh is not None and refresh_every and steps and steps % refresh_every == 0:
+                self.flush_values()
+                refresh()
+            episodes += self.step()
+            steps += 1
+            if self.env_steps - start > cap:
+                raise RuntimeError(f"layers {list(quota)}: no transitions after {cap} env steps")
+        return self.harvest(), episodes, self.env_steps - start
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+def run_episodes(sampler: Sampler, episodes: int) -> list[float]:
+    """Returns of ``episodes`` complete episodes, a fixed number per copy (so that copies with
+    short episodes are not over-represented)."""
+    n = sampler.N
+    quota = [episodes // n + (1 if i < episodes % n else 0) for i in range(n)]
+    returns: list[float] = []
+    t0 = time.perf_counter()
+    while len(returns) < episodes:
+        for ret, _, ci in sampler.step():
+            if quota[ci] > 0:
+                quota[ci] -= 1
+                returns.append(float(ret))
+        if time.perf_counter() - t0 > 3600:
+            raise RuntimeError(f"evaluation: {len(returns)} of {episodes} episodes ended within an hour")
+    return returns

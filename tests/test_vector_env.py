@@ -1,0 +1,190 @@
+"""The batched env interface: episode boundaries, Gymnasium 1.x autoreset, checks on env
+outputs, dict-keyed multi-agent envs as arrays, and natively vectorised envs."""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from hdppo.envs.adapters import make_multi_agent
+from hdppo.envs.loading import make_gym_env
+from hdppo.envs.vector import AdapterCopies, GymnasiumCopies, GymnasiumVector, make_vector_env
+from hdppo.platform.config import validate
+from hdppo.platform.errors import EnvError
+from scripted_envs import CountdownEnv
+
+CORRIDOR = ("pettingzoo", None, "hdppo.envs.builtin.corridor:parallel_env")
+
+
+def copies_of(n=1, **kw):
+    venv = GymnasiumCopies(lambda: gym.wrappers.TimeLimit(CountdownEnv(**kw), 5), n, name="countdown")
+    venv.reset(seed=0)
+    return venv
+
+
+def zeros(venv):
+    return np.zeros((venv.num_envs, len(venv.agents)), np.int64)
+
+
+def test_gymnasium_vector_default_autoreset_is_next_step():
+    """Documents why hdppo resets in the same step: Gymnasium 1.x vector envs reset one step
+    *after* the end by default, returning a reset observation with reward 0 that must not be learned from."""
+    env = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(CountdownEnv(terminate_at=2), 10)])
+    env.reset(seed=0)
+    env.step(np.array([0]))
+    _, _, term, _, _ = env.step(np.array([0]))
+    assert term[0]
+    obs, rew, term, trunc, _ = env.step(np.array([0]))  # the autoreset step
+    assert obs[0, 0] == 0.0 and rew[0] == 0.0 and not term[0] and not trunc[0]
+
+
+def test_copies_reset_in_the_same_step_and_keep_final_obs_on_truncation():
+    venv = copies_of()
+    for t in range(1, 5):
+        res = venv.step(zeros(venv))
+        assert not res.truncated[0, 0] and res.obs[0, 0, 0] == t
+    res = venv.step(zeros(venv))  # step 5: TimeLimit truncates
+    assert res.truncated[0, 0] and not res.terminated[0, 0] and res.episode_end[0]
+    assert res.final_obs[0, 0, 0] == 5.0     # true final observation, for bootstrapping
+    assert res.obs[0, 0, 0] == 0.0           # already the new episode's first observation
+    assert res.episodes == [(5.0, 5, 0)]
+    res = venv.step(zeros(venv))
+    assert res.obs[0, 0, 0] == 1.0 and res.rewards[0, 0] == 1.0  # no phantom zero-reward step
+
+
+def test_termination_is_not_truncation():
+    venv = copies_of(terminate_at=3)
+    for _ in range(2):
+        venv.step(zeros(venv))
+    res = venv.step(zeros(venv))
+    assert res.terminated[0, 0] and not res.truncated[0, 0]
+    assert res.final_obs[0, 0, 0] == 3.0
+
+
+@pytest.mark.parametrize("bad,match", [("nan_obs", "non-finite observation"), ("inf_reward", "non-finite reward"),
+                                       ("wrong_shape", "does not match the observation_space")])
+def test_bad_env_outputs_are_named(bad, match):
+    with pytest.raises(EnvError, match=match) as e:
+        venv = copies_of(bad=bad)
+        for _ in range(4):
+            venv.step(zeros(venv))
+    assert "countdown" in str(e.value)
+
+
+def test_multi_agent_dicts_become_slot_arrays_with_alive_masks():
+    venv = AdapterCopies(lambda: make_multi_agent("pettingzoo", None, CORRIDOR[2],
+                                                  {"num_agents": 3, "length": 3, "max_steps": 30}, None), 2)
+    first = venv.reset(seed=0)
+    assert venv.agents == ["walker_0", "walker_1", "walker_2"] and first.obs.shape == (2, 3, 3)
+    assert first.alive.all() and first.acting.all()
+    right = np.full((2, 3), 2, np.int64)  # everyone walks right; the goal is on one side
+    for _ in range(30):
+        res = venv.step(right)
+        ended = res.terminated | res.truncated
+        # Slots that ended are not alive any more (unless the copy reset) and their obs is zero.
+        gone = ended & ~res.episode_end[:, None]
+        assert not res.alive[gone].any() and (res.obs[gone] == 0).all()
+        assert (res.final_obs[ended].sum(-1) == 1).all()  # the one-hot position they ended at
+
+
+def test_unknown_agent_after_reset_is_named():
+    class Grow:
+        name, possible_agents = "grow", None
+
+        def __init__(self):
+            self.agents = ["a"]
+
+        def observation_space(self, agent):
+            return gym.spaces.Box(0, 1, (1,), np.float32)
+
+        def action_space(self, agent):
+            return gym.spaces.Discrete(2)
+
+        @property
+        def acting(self):
+            return self.agents
+
+        def reset(self, seed=None):
+            self.agents = ["a"]
+            return {"a": np.zeros(1, np.float32)}
+
+        def step(self, actions):
+            self.agents = ["a", "b"]
+            obs = {"a": np.zeros(1, np.float32), "b": np.zeros(1, np.float32)}
+            return obs, {"a": 0.0, "b": 0.0}, {}, {}, {}
+
+        def state(self):
+            return np.zeros(1, np.float32)
+
+        def close(self):
+            pass
+
+    venv = AdapterCopies(Grow, 1)
+    venv.reset(seed=0)
+    with pytest.raises(EnvError, match="agent 'b' appeared.*possible_agents"):
+        venv.step(np.zeros((1, 1), np.int64))
+
+
+def test_gymnasium_vector_env_steps_all_copies_at_once():
+    same = gym.vector.AutoresetMode.SAME_STEP
+    vec = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(CountdownEnv(terminate_at=3), 10)] * 2,
+                                   autoreset_mode=same)
+    venv = GymnasiumVector(vec, "countdown")
+    venv.reset(seed=0)
+    for _ in range(2):
+        venv.step(zeros(venv))
+    res = venv.step(zeros(venv))
+    assert res.terminated[:, 0].all() and res.episode_end.all()
+    assert (res.final_obs[:, 0, 0] == 3.0).all() and (res.obs[:, 0, 0] == 0.0).all()
+    assert [e[:2] for e in res.episodes] == [(3.0, 3), (3.0, 3)]
+
+
+def test_gymnasium_vector_env_that_resets_next_step_is_refused():
+    vec = gym.vector.SyncVectorEnv([lambda: CountdownEnv()])
+    with pytest.raises(EnvError, match="SAME_STEP"):
+        GymnasiumVector(vec, "countdown")
+
+
+def test_make_vec_by_id_and_training_on_a_natively_vectorised_env():
+    venv = make_vector_env("gymnasium_vector", "CartPole-v1", None, {}, None, 3)
+    assert isinstance(venv, GymnasiumVector) and venv.num_envs == 3
+    venv.close()
+    from hdppo.platform.trainer import Trainer
+
+    cfg = validate(tiny_config(env={"type": "vector", "entry_point": "scripted_envs:batched_countdown",
+                                    "kwargs": {"length": 7}},
+                               train={"total_env_steps": 512, "checkpoint_every": 100, "eval_episodes": 4}))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        summary = Trainer(cfg, d + "/run", quiet=True).train()
+    assert summary["env_steps"] >= 512 and summary["eval_return_mean"] == 7.0
+
+
+def test_vector_type_needs_a_factory_of_the_interface():
+    with pytest.raises(EnvError, match="needs env.entry_point"):
+        make_vector_env("vector", "x", None, {}, None, 2)
+    with pytest.raises(EnvError, match="rejected its arguments"):
+        make_vector_env("vector", None, "scripted_envs:countdown", {}, None, 2)
+
+
+def test_unknown_env_id_suggests_close_ids():
+    with pytest.raises(EnvError, match=r"'Hoper-v5' is not registered.*Did you mean 'Hopper-v5'"):
+        make_gym_env("Hoper-v5")
+
+
+def test_entry_point_errors():
+    with pytest.raises(EnvError, match="cannot import module 'no_such_mod'"):
+        make_gym_env(entry_point="no_such_mod:f")
+    with pytest.raises(EnvError, match="has no attribute 'nope'"):
+        make_gym_env(entry_point="scripted_envs:nope")
+    with pytest.raises(EnvError, match="not a gymnasium.Env"):
+        make_gym_env(entry_point="scripted_envs:not_an_env")
+    with pytest.raises(EnvError, match="rejected its arguments"):
+        make_gym_env(entry_point="scripted_envs:countdown", kwargs={"speed": 3})
+
+
+def test_official_checker_passes_on_builtin_gym_env():
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(make_gym_env("CartPole-v1").unwrapped, skip_render_check=True)
+    check_env(CountdownEnv(), skip_render_check=True)
