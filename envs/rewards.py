@@ -16,13 +16,16 @@ layer's B live lanes of all env copies at once, each argument stacked along a fi
 What the arguments are, per lane:
 
 - bottom layer (one lane per env agent): ``command`` is the command from the layer above as the
-  agent receives it (a one-hot for a discrete command, the goal vector for a Box command);
-  ``obs``/``next_obs`` the agent's raw env observation before and after the step; ``action``
-  its env action; ``info`` its info dict.
-- an upper layer (one lane per agent or squad of that layer): ``command`` is the command the
-  lane received from the layer above; ``obs``/``next_obs`` the lane's own (raw, unnormalised)
-  env-part observation before and after the step; ``action`` the lane's current command to
-  the layer below; ``info`` a dict of its member agents' info dicts keyed by agent name.
+  agent receives it (a one-hot for a discrete command, the goal vector for a Box command; an
+  empty vector on the top layer); ``obs``/``next_obs`` the agent's raw env observation,
+  flattened, before and after the step (after: the final one where the agent or episode
+  ended, not the reset one); ``action`` its action as the policy chose it (indices for
+  discrete spaces, the unclipped sample for a Box); ``info`` its info dict.
+- an upper layer (one lane per squad, or one for all agents): ``command`` as above;
+  ``obs``/``next_obs`` its member agents' flattened env observations side by side (zeros for
+  members that are gone), before and after the step; ``action`` the lane's current command to
+  the layer below (as its policy chose it); ``info`` a dict of its member agents' info dicts
+  keyed by agent name.
 
 A built-in name is found without importing its module first: :data:`hdppo.envs.builtin.REWARDS`
 says which module registers it, and that module is imported on first lookup (so asking for
