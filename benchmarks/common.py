@@ -151,7 +151,8 @@ class SamplerStepper:
 
         cfg = validate(cfg_dict, source="sampling benchmark")
         self.layer = layer
-        self.worker = RolloutWorker(cfg, [layer], seed - 1000, num_workers, ParameterService())
+        index = seed - 1000  # run_per_core seeds process k with 1000 + k: it is worker k of num_workers
+        self.worker = RolloutWorker(cfg, [layer], index, num_workers, ParameterService())
         self.step()  # warm-up: first forward passes and env resets, outside the clock
 
     def step(self) -> tuple[int, int]:

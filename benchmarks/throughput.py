@@ -19,9 +19,9 @@ For every env (default Hopper-v5 and Ant-v5) this measures, in one run on one ma
                         weights over the flat run's layer, which observes the command
                         (``observation: {command: true}``; config validation refuses a command the
                         layer below neither sees nor is rewarded for) and is rewarded by the env.
-                        As a share of ``hdppo_central``.
-* ``hier_grouped``   -- the same with the upper layer trained too, in one group with the bottom one
-                        (``groups: [[planner, control]]``: shared workers and rollouts).
+                        As a share of ``hdppo_central``. (Not a trained upper layer: in its own
+                        group it would sample its own env copies, and in the bottom layer's group its
+                        train batch of 4000 decisions would take 40000 env steps per update.)
 
 All PPO runs use the same settings: 2 workers x 4 envs, train batch 4000, minibatch 512,
 5 epochs, MLP [64, 64] tanh, entropy 0 (``common.PPOSettings``), on one shared Ray
@@ -69,7 +69,7 @@ TARGET_HIER_VS_FLAT = 0.85
 # pipeline: mode central with dppo.pipeline on; soft: mode central with dppo.sync soft (workers
 # stream chunks and never stop collecting; the learner takes the first full batch)
 MODES = ("central", "pipeline", "soft", "dppo")
-HIERARCHIES = ("frozen", "grouped")
+HIERARCHIES = ("frozen",)  # the upper layer keeps its initial weights
 PARTS = ("raw", "sampling", "sb3", "rllib", *MODES, *(f"hier_{h}" for h in HIERARCHIES))
 
 
@@ -77,22 +77,16 @@ PARTS = ("raw", "sampling", "sb3", "rllib", *MODES, *(f"hier_{h}" for h in HIERA
 
 def hdppo_config_dict(env_id: str, mode: str, total_env_steps: int, seed: int = 0,
                       hierarchy: str | None = None, settings: PPOSettings = SETTINGS) -> dict:
-    """The flat run in ``mode``, or (``hierarchy`` frozen/grouped) the two-layer run over it."""
+    """The flat run in ``mode``, or (``hierarchy="frozen"``) the two-layer run over it."""
     control = hdppo_layer(settings, "control", mode)
-    layers, groups = [control], None
+    layers = [control]
     if hierarchy is not None:
-        planner = hdppo_layer(settings, "planner", mode, period=10, action={"type": "discrete", "n": 2})
-        if hierarchy == "frozen":
-            planner["schedule"] = {"mode": "frozen"}
-        else:
-            groups = [["planner", "control"]]
+        planner = hdppo_layer(settings, "planner", mode, period=10, action={"type": "discrete", "n": 2},
+                              schedule={"mode": "frozen"})
         control["observation"] = {"command": True}
         layers = [planner, control]
     name = f"bench-{env_id}-{mode}" + (f"-hier-{hierarchy}" if hierarchy else "")
-    cfg = hdppo_config(name, {"id": env_id}, layers, total_env_steps, seed, eval_episodes=1)
-    if groups:
-        cfg["groups"] = groups
-    return cfg
+    return hdppo_config(name, {"id": env_id}, layers, total_env_steps, seed, eval_episodes=1)
 
 
 def hdppo_env_steps_per_s(env_id: str, mode: str, iterations: int, warmup: int, tmp: Path,
@@ -191,8 +185,7 @@ def render_markdown(report: dict) -> str:
     lines += ["", "Notes: hdppo keeps its default observation and reward normalization on (RLlib's default "
               "new-stack PPO and SB3 without VecNormalize have neither), so hdppo does slightly more work per step. "
               "Setup (actor start) and the final evaluation are outside the timed window for every framework. "
-              "The hierarchy's upper layer has two commands and acts every 10 env steps; `frozen` keeps its initial "
-              "weights, `grouped` trains it in the bottom layer's group.", ""]
+              "The hierarchy's upper layer has two commands, acts every 10 env steps and keeps its initial weights.", ""]
     return join_md(lines)
 
 

@@ -85,3 +85,16 @@ def test_old_tree_imports_in_place_of_this_tree():
         files = old_commit.resolved_files(root)
     assert all(str(root) in f for f in files)
     assert all(f.startswith(str(ROOT)) for f in old_commit.resolved_files(None))
+
+
+def test_throughput_markdown_with_missing_parts():
+    e = {"raw": {"steps_per_s": 1000.0}, "sampling": {"env_steps_per_s": 850.0}, "sb3": {"env_steps_per_s": 300.0},
+         "hdppo_central": {"env_steps_per_s": 700.0}, "hier_frozen": {"env_steps_per_s": 630.0},
+         "rllib": {"error": "RuntimeError: no"}}
+    e["ratios"] = throughput.ratios(e)
+    assert e["ratios"]["hier_frozen_over_flat"] == 0.9 and e["ratios"]["central"]["hdppo_over_sb3"] == 2.333
+    report = {"machine": __import__("machine").machine_info(), "command": "x", "results": {"Hopper-v5": e},
+              "settings": {"quick": False, "describe": "d", "ray_cpus": 2, "num_workers": 2, "envs_per_worker": 4,
+                           "iterations": 1, "warmup": 1, "raw_seconds": 1, "sample_seconds": 1}}
+    md = throughput.render_markdown(report)
+    assert "| Hopper-v5 | 85% | met | 90% | met |" in md and "RuntimeError: no" in md
