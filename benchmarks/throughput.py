@@ -157,7 +157,7 @@ def render_markdown(report: dict) -> str:
         lines.append(f"| {env_id} | {fmt(rate(e.get('raw')))} | {fmt(rate(e.get('sampling')))} | "
                      f"{fmt(rate(e.get('sb3')))} | {fmt(rate(e.get('rllib')))} | "
                      + "".join(f"{fmt(rate(e.get(f'hdppo_{m}')))} | " for m in MODES)
-                     + "".join(f"{fmt(rate(e.get(f'hier_{h}')))} | " for h in HIERARCHIES))
+                     + "".join(f"{fmt(rate(e.get(f'hier_{h}')))} | " for h in HIERARCHIES).rstrip())
     lines += ["", f"Targets: hdppo >= {TARGET_VS_RLLIB}x RLlib, >= {TARGET_VS_SB3}x SB3, >= "
               f"{100 * TARGET_VS_RAW:.0f}% of raw.", "",
               "| env | mode | hdppo/RLlib | target | hdppo/SB3 | target | hdppo/raw | target | sample s/iter | "
@@ -180,7 +180,7 @@ def render_markdown(report: dict) -> str:
         lines.append(f"| {env_id} | {fmt(r['sampling_over_raw'], pct=True)} | "
                      f"{met(r['sampling_over_raw'], TARGET_SAMPLING_VS_RAW)} | "
                      + "".join(f"{fmt(r[f'hier_{h}_over_flat'], pct=True)} | "
-                               f"{met(r[f'hier_{h}_over_flat'], TARGET_HIER_VS_FLAT)} | " for h in HIERARCHIES))
+                               f"{met(r[f'hier_{h}_over_flat'], TARGET_HIER_VS_FLAT)} | " for h in HIERARCHIES).rstrip())
     lines += errors_section(report["results"])
     lines += ["", "Notes: hdppo keeps its default observation and reward normalization on (RLlib's default "
               "new-stack PPO and SB3 without VecNormalize have neither), so hdppo does slightly more work per step. "
