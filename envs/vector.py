@@ -268,6 +268,7 @@ class AdapterCopies(VectorMultiAgentEnv):
         self.name = name or first.name
         self._check = _Checker(self.name)
         self._declared = list(first.possible_agents or [])
+        self.keep_raw = True  # raw observation dicts, for 'module:function' views (the sampler turns it off otherwise)
         self.agents = list(self._declared)
         self._ready = False
 
@@ -285,6 +286,7 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._masked = {a for a, (_, k) in dims.items() if k}
         self._box = {a for a, s in self._spaces.items() if isinstance(s, gym.spaces.Box)}
         self._dims = {a: d for a, (d, _) in dims.items()}
+        self._uniform = len(self._box) == len(self.agents) and len(set(self._dims.values())) == 1
         self._act_discrete = isinstance(first.action_space(self.agents[0]), gym.spaces.Discrete)
         try:
             self.state_dim = int(np.asarray(first.state()).size)
@@ -306,32 +308,45 @@ class AdapterCopies(VectorMultiAgentEnv):
     def action_space(self, agent: str) -> gym.Space:
         return self.copies[0].action_space(agent)
 
-    def _slot(self, agent: str) -> int:
-        s = self.slot.get(agent)
-        if s is None:
-            raise EnvError(f"env {self.name!r}: agent {agent!r} appeared that was not among its agents at the first "
+    def _slots(self, agents: Any) -> list[int]:
+        try:
+            return [self.slot[a] for a in agents]
+        except KeyError:
+            bad = next(a for a in agents if a not in self.slot)
+            raise EnvError(f"env {self.name!r}: agent {bad!r} appeared that was not among its agents at the first "
                            f"reset ({', '.join(self.agents)}). Declare every agent the env can create in its "
-                           "possible_agents.")
-        return s
+                           "possible_agents.") from None
 
     def _write(self, i: int, obs: dict[str, Any], what: str) -> None:
         """Copy ``obs`` (a dict of the agents that returned one) into row ``i``."""
-        for agent, o in obs.items():
-            s = self._slot(agent)
-            space = self._spaces[agent]
-            if agent in self._masked:
-                inner = space.spaces.get("observation")  # type: ignore[union-attr]
-                flat = gym.spaces.flatten(inner, o["observation"]) if inner is not None else np.zeros(0)
-                self._masks[i, s] = np.asarray(o["action_mask"], np.float32).reshape(-1)  # type: ignore[index]
-            elif agent in self._box:
-                flat = np.asarray(o, np.float32).reshape(-1)
-            else:
-                flat = gym.spaces.flatten(space, o)
-            d = self._dims[agent]
-            self._obs[i, s, :d] = flat
-            self._check.finite(self._obs[i, s], what, i)
-            self._check.contains(space, o, what, i, agent)
-        self._raw[i].update(obs)
+        if not obs:
+            return
+        slots = self._slots(obs)
+        if self._check.steps < SPACE_CHECK_STEPS:
+            for agent, o in obs.items():
+                if agent in self._box:
+                    self._check.finite(np.asarray(o, np.float32), what, i)
+                self._check.contains(self._spaces[agent], o, what, i, agent)
+        if self._uniform:
+            # Every agent a Box of one size (the common case): one stack, one check, one copy.
+            flat = np.stack(list(obs.values())).reshape(len(slots), -1)
+            self._check.finite(flat, what, i)
+            self._obs[i, slots] = flat
+        else:
+            for (agent, o), s in zip(obs.items(), slots):
+                space = self._spaces[agent]
+                if agent in self._masked:
+                    inner = space.spaces.get("observation")  # type: ignore[union-attr]
+                    flat = gym.spaces.flatten(inner, o["observation"]) if inner is not None else np.zeros(0)
+                    self._masks[i, s] = np.asarray(o["action_mask"], np.float32).reshape(-1)  # type: ignore[index]
+                elif agent in self._box:
+                    flat = np.asarray(o, np.float32).reshape(-1)
+                else:
+                    flat = gym.spaces.flatten(space, o)
+                self._obs[i, s, : self._dims[agent]] = flat
+                self._check.finite(self._obs[i, s], what, i)
+        if self.keep_raw:
+            self._raw[i].update(obs)
 
     def _refresh_masks(self, i: int) -> None:
         c = self.copies[i]
@@ -388,14 +403,12 @@ class AdapterCopies(VectorMultiAgentEnv):
             before_alive = self._alive[i].copy()
             self._write(i, obs, "step()")
             if rew:
-                ks = [self._slot(k) for k in rew]
-                rewards[i, ks] = list(rew.values())
-            for k, v in te.items():
-                if v:
-                    term[i, self._slot(k)] = True
-            for k, v in tr.items():
-                if v and not te.get(k):
-                    trunc[i, self._slot(k)] = True
+                rewards[i, self._slots(rew)] = list(rew.values())
+            if any(te.values()):
+                term[i, self._slots([k for k, v in te.items() if v])] = True
+            if any(tr.values()):
+                trunc[i, self._slots([k for k, v in tr.items() if v])] = True
+                trunc[i] &= ~term[i]
             infos.append(info)
             r_sum = float(rewards[i].sum())
             self._ep_return[i] += r_sum
@@ -415,9 +428,10 @@ class AdapterCopies(VectorMultiAgentEnv):
                 ended_rows.append((i, self._obs[i].copy(), None))
                 final_raw[i] = dict(self._raw[i])
             self._refresh_masks(i)
-            for agent in list(self._raw[i]):
-                if not self._alive[i, self.slot[agent]]:
-                    del self._raw[i][agent]
+            if self.keep_raw and ended.any():
+                for agent in list(self._raw[i]):
+                    if not self._alive[i, self.slot[agent]]:
+                        del self._raw[i][agent]
         self._check.steps += 1
         self._check.rewards(rewards)
         view = self._view()

@@ -81,6 +81,7 @@ class _Plan:
             self.fixed = np.array([spec.members[lane] is not None for lane in self.lanes])
             self.lane_slots = None
         self.L = len(self.lanes)
+        self.all_slots = spec.bottom and self.lane_slots.tolist() == list(range(A))  # type: ignore[union-attr]
         self.membership = np.zeros((A, self.L), np.float64)  # [A, L]: 1 where slot a is in lane l
         for lane, ms in enumerate(members):
             self.membership[ms, lane] = 1.0
@@ -150,6 +151,18 @@ class _Buffers:
         for k, v in new.items():
             setattr(self, k, v)
 
+    def at(self, mask: np.ndarray) -> tuple[tuple, Callable[[np.ndarray], np.ndarray]]:
+        """Index of the open rows of the lanes in ``mask`` into ``[T, N, L]`` arrays, and how to
+        pick those lanes' entries of an ``[N, L]`` array. When every lane is open at one row (a
+        flat run, every step) that is a plain row index: no fancy indexing on the hot path."""
+        rows = self.open_row
+        if mask.all():
+            r0 = rows[0, 0]
+            if (rows == r0).all():
+                return (r0,), _same
+        n, lane = np.nonzero(mask)
+        return (rows[mask], n, lane), (lambda a: a[mask])
+
     def ensure(self, t: int) -> None:
         if t >= self.cap:
             self._grow(max(2 * self.cap, t + 1))
@@ -170,6 +183,10 @@ class _Buffers:
         self.open_row[open_] = 0
         self.boot_rows, self.boot_obs, self.boot_critic, self.boot_value = [], [], [], []
         self.value_from = 1
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
 
 
 def command_vectors(spec: LayerSpec, actions: np.ndarray) -> np.ndarray:
@@ -216,7 +233,8 @@ class Sampler:
                                if not s.bottom and s.cfg.action.type == "discrete"}
         self.env_steps = 0
         self.t = 1
-        self._raw_needed = any(s.obs_fn is not None for s in specs)
+        if hasattr(venv, "keep_raw"):  # raw observation dicts cost a dict update per copy and step
+            venv.keep_raw = any(s.obs_fn is not None for s in specs)
 
     # -- inputs ----------------------------------------------------------------------------------
     def _env_part(self, p: _Plan, obs: np.ndarray, state: np.ndarray | None, due: np.ndarray,
@@ -226,7 +244,7 @@ class Sampler:
         src = spec.cfg.observation.source
         if src == "env":
             if p.bottom:
-                return obs[:, p.lane_slots]
+                return obs if p.all_slots else obs[:, p.lane_slots]
             if p.gather is None:
                 raise EnvError(f"layer {spec.name!r}: squads of different sizes cannot share an 'env' observation.")
             return obs[:, p.gather].reshape(self.N, p.L, -1)
@@ -284,7 +302,8 @@ class Sampler:
             if not due.any():
                 continue
             x, critic = self._inputs(p, now.obs, now.state, due)
-            raw = x[due]
+            every = bool(due.all())  # the common case: no boolean gathers and scatters, reshapes
+            raw = x.reshape(-1, x.shape[-1]) if every else x[due]
             norm = self.obs_norms[p.name]
             buf = self.buffers.get(p.name)
             if buf is not None:
@@ -294,7 +313,7 @@ class Sampler:
             if p.bottom and p.spec.mask_dim:
                 masks = (now.masks[:, p.lane_slots][due] if now.masks is not None  # type: ignore[index]
                          else np.ones((len(obs), p.spec.mask_dim), np.float32))
-            crit = critic[due] if critic is not None else None
+            crit = (critic.reshape(-1, critic.shape[-1]) if every else critic[due]) if critic is not None else None
             policy = self.policies[p.name]
             actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
                                           torch.from_numpy(masks) if masks is not None else None,
@@ -313,8 +332,12 @@ class Sampler:
                 continue
             self._close(p, buf, due & (buf.open_row >= 0), end=False)
             bonus = self.bonus(p.name, obs) if self.bonus is not None else None
-            buf.obs[t, n_idx, l_idx] = obs
-            buf.act[t, n_idx, l_idx] = actions
+            if every:
+                buf.obs[t] = obs.reshape(self.N, p.L, -1)
+                buf.act[t] = actions.reshape(self.N, p.L, -1)
+            else:
+                buf.obs[t, n_idx, l_idx] = obs
+                buf.act[t, n_idx, l_idx] = actions
             buf.logp[t, n_idx, l_idx] = logp
             if masks is not None:
                 buf.mask[t, n_idx, l_idx] = masks
@@ -384,35 +407,38 @@ class Sampler:
             open_ = buf.open_row >= 0
             if not open_.any():
                 continue
-            r_env = res.rewards @ p.membership                     # [N, L] the lane's agents' rewards
+            r_env = res.rewards if p.all_slots else res.rewards @ p.membership  # [N, L] the lane's agents' rewards
             r = cfg.env * r_env
             r_int = None
             if p.intrinsic is not None:
                 r_int = self._intrinsic(p, res, env_in[p.name], open_)
                 r = r + cfg.intrinsic * r_int
-            n_idx, l_idx = np.nonzero(open_)
-            rows = buf.open_row[open_]
+            at, pick = buf.at(open_)
             track = self.tracks[p.name]
             if track.smdp:
-                buf.R[rows, n_idx, l_idx] += buf.disc[open_] * r[open_]
+                buf.R[at] += pick(buf.disc * r)
                 buf.disc[open_] *= track.gamma
             else:
-                buf.R[rows, n_idx, l_idx] += r[open_]
-            buf.env_r[rows, n_idx, l_idx] += r_env[open_]
-            buf.steps[rows, n_idx, l_idx] += 1
+                buf.R[at] += pick(r)
+            buf.env_r[at] += pick(r_env)
+            buf.steps[at] += 1
             if r_int is not None:
-                buf.int_r[rows, n_idx, l_idx] += r_int[open_]
+                buf.int_r[at] += pick(r_int)
             # Ends: the bottom lane of an agent that ended; a squad whose members are all gone;
             # every lane of a copy whose episode ended.
-            ended_cnt = self.agent_ended.astype(np.float64) @ p.membership
-            trunc_cnt = self.agent_trunc.astype(np.float64) @ p.membership
-            truncated = (ended_cnt > 0) & (trunc_cnt == ended_cnt)
             if p.bottom:
                 closing = ended_now[:, p.lane_slots] | end[:, None]
             else:
                 closing = ((live_after @ p.membership == 0) & p.fixed[None, :]) | end[:, None]
             closing &= open_
             if closing.any():
+                # A lane was cut short when none of its agents that ended terminated.
+                if p.bottom:
+                    truncated = self.agent_trunc[:, p.lane_slots]
+                else:
+                    ended_cnt = self.agent_ended.astype(np.float64) @ p.membership
+                    trunc_cnt = self.agent_trunc.astype(np.float64) @ p.membership
+                    truncated = (ended_cnt > 0) & (trunc_cnt == ended_cnt)
                 self._close(p, buf, closing, end=True, truncated=truncated, res=res)
         # Copies whose episode ended start the next one.
         if end.any():
@@ -431,21 +457,22 @@ class Sampler:
         if not closing.any():
             return
         track = self.tracks[p.name]
-        n_idx, l_idx = np.nonzero(closing)
-        rows = buf.open_row[closing]
-        gamma = buf.disc[closing] if track.smdp else np.full(len(rows), track.gamma)
-        term = np.zeros(len(rows), bool)
-        if end:
-            term = ~truncated[closing]  # type: ignore[index]
-        slots = n_idx * p.L + l_idx
-        buf.rew[rows, n_idx, l_idx] = track.scaler.scale(slots, buf.R[rows, n_idx, l_idx],
-                                                         np.full(len(rows), end), gamma=gamma)
-        buf.gam[rows, n_idx, l_idx] = gamma
-        buf.closed[rows, n_idx, l_idx] = True
-        buf.end[rows, n_idx, l_idx] = end
-        buf.term[rows, n_idx, l_idx] = term
-        buf.stop[rows, n_idx, l_idx] = end or cut
+        at, pick = buf.at(closing)
+        gamma = pick(buf.disc) if track.smdp else np.full(buf.R[at].shape, track.gamma)
+        term = ~pick(truncated) if end else np.zeros(gamma.shape, bool)  # type: ignore[arg-type]
+        # Slot n * L + l: one running return per lane; dense (every lane at one row) takes the slice path.
+        slots = None if len(at) == 1 else at[1] * p.L + at[2]
+        scaled = track.scaler.scale(slots, buf.R[at].reshape(-1), np.full(gamma.size, end), gamma=gamma.reshape(-1))
+        buf.rew[at] = scaled.reshape(gamma.shape)
+        buf.gam[at] = gamma
+        buf.closed[at] = True
+        buf.end[at] = end
+        buf.term[at] = term
+        buf.stop[at] = end or cut
         buf.open_row[closing] = -1
+        n_idx, l_idx = np.nonzero(closing)
+        rows = np.full(len(n_idx), at[0]) if len(at) == 1 else at[0]
+        term = term.reshape(-1) if len(at) == 1 else term
         boot = (~term) if (end or cut) else np.zeros(len(rows), bool)
         if boot.any():
             view = np.zeros_like(closing)

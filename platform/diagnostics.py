@@ -14,11 +14,17 @@ import torch
 
 
 def moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-dimension mean and variance (float64) of samples ``[B, D]``."""
-    x64 = np.asarray(x, np.float64).reshape(len(x), -1)
-    if len(x64) == 0:
-        return np.zeros(x64.shape[1]), np.zeros(x64.shape[1])
-    return x64.mean(0), x64.var(0)
+    """Per-dimension mean and variance (float64) of samples ``[B, D]``. Shifted by the first
+    sample and kept in the input's dtype, accumulated in float64: no float64 copy of the batch
+    (a worker computes this on every rollout)."""
+    x = np.asarray(x).reshape(len(x), -1)
+    if len(x) == 0:
+        return np.zeros(x.shape[1]), np.zeros(x.shape[1])
+    d = x - x[0]
+    m = np.add.reduce(d, axis=0, dtype=np.float64) / len(x)
+    d *= d
+    var = np.maximum(np.add.reduce(d, axis=0, dtype=np.float64) / len(x) - m * m, 0.0)
+    return x[0].astype(np.float64) + m, var
 
 
 def pool_moments(means: list[np.ndarray], variances: list[np.ndarray], counts: list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -98,12 +98,14 @@ class MomentSums:
         self.count = 0
 
     def add(self, x: np.ndarray) -> None:
-        """Add a batch ``[B, *shape]``."""
+        """Add a batch ``[B, *shape]``. The differences stay in the input's dtype (float32
+        observations are not copied to float64); the sums accumulate in float64."""
         if self.shift is None:
-            self.shift = x.mean(axis=0, dtype=np.float64)
+            self.shift = x.mean(axis=0, dtype=np.float64).astype(x.dtype)
         d = x - self.shift
-        self.sum += d.sum(axis=0)
-        self.sumsq += (d * d).sum(axis=0)
+        self.sum += np.add.reduce(d, axis=0, dtype=np.float64)
+        d *= d
+        self.sumsq += np.add.reduce(d, axis=0, dtype=np.float64)
         self.count += x.shape[0]
 
     def take(self) -> RunningStats:
@@ -111,7 +113,7 @@ class MomentSums:
         out = RunningStats(self.shape)
         if self.count:
             m = self.sum / self.count
-            out.mean = self.shift + m  # type: ignore[operator]
+            out.mean = self.shift.astype(np.float64) + m  # type: ignore[union-attr]
             out.var = np.maximum(self.sumsq / self.count - m * m, 0.0)
             out.count = float(self.count)
         self.shift, self.count = None, 0
@@ -166,7 +168,8 @@ class ObservationNormalizer:
             return np.asarray(obs, dtype=np.float32)
         if self._std is None or stale(self._unused, self.published.count + self.delta.count):
             cur = self.current
-            self._mean, self._std, self._unused = cur.mean, cur.std(), 0
+            # float32, as the observations: float64 statistics would upcast a copy of every batch.
+            self._mean, self._std, self._unused = cur.mean.astype(np.float32), cur.std().astype(np.float32), 0
         out = (obs - self._mean) / self._std
         return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32)
 
