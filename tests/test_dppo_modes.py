@@ -18,7 +18,8 @@ def _setup(env=None):
     cfg = validate(tiny_config(**({"env": env} if env else {})))
     svc = ParameterService()
     workers = [RolloutWorker(cfg, ["control"], i, 2, svc) for i in range(2)]
-    learner = Learner(cfg, 0, workers[0].pool.obs_dim, workers[0].pool.action_space, svc)
+    spec = workers[0].specs[0]  # the layer's sizes, as the worker's sampler sees them
+    learner = Learner(cfg, 0, spec.obs_dim, spec.action_space, svc)
     for w in workers:
         w.policies["control"].requires_grad_(True)
     rollouts = [w.sample()["control"] for w in workers]
@@ -59,7 +60,7 @@ def test_one_dppo_step_equals_one_central_step():
     cfg, learner, workers, rollouts = _setup()
     stats = [r.stats for r in rollouts]
     mean, std = advantage_moments(stats)
-    twin = Learner(cfg, 0, workers[0].pool.obs_dim, workers[0].pool.action_space, ParameterService())
+    twin = Learner(cfg, 0, workers[0].specs[0].obs_dim, workers[0].specs[0].action_space, ParameterService())
     central = twin.gradient(Batch.concat([r.batch for r in rollouts]), mean, std, 0.01)
     twin._step(central, 3e-4)
     learner.begin_dppo(*stats)
