@@ -136,10 +136,10 @@ def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
     from hdppo.platform.group import DPPOGroup
 
     def chunks(sync):
-        # Slow steps (2 ms) and long chunks (160 steps) against a short update: each chunk in
+        # Slow steps (3 ms) and long chunks (160 steps) against a short update: each chunk in
         # flight during an update sees the update's new version at its next refresh.
         cfg = validate(tiny_config(
-            env={"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": 2, "max_steps": 50}},
+            env={"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": 3, "max_steps": 50}},
             layers=[{"ppo": {"minibatch_size": 160, "num_epochs": 1},
                      "dppo": {"num_workers": 2, "num_envs_per_worker": 1, "train_batch_size": 320, "sync": sync,
                               "chunks_per_worker": 1, "refresh_every": 4, "max_lag": 3}}]))
@@ -157,7 +157,7 @@ def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
 
         group.sync.collect = recording
         try:
-            for _ in range(4):
+            for _ in range(6):
                 group.iteration()
             return [ray_session.get(ref)["control"].batch.versions for ref in seen]
         finally:
