@@ -9,4 +9,6 @@ REWARDS: dict[str, str] = {
     "corridor_follow": "hdppo.envs.builtin.corridor",
     "ant_velocity_tracking": "hdppo.envs.builtin.ant_navigate",
     "ant_heading_frame_direction": "hdppo.envs.builtin.ant_navigate",
+    "rooms_follow_direction": "hdppo.envs.builtin.rooms",
+    "rooms_reach_room": "hdppo.envs.builtin.rooms",
 }
