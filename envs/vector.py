@@ -211,6 +211,7 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         infos: list[dict[str, dict]] = []
         episodes = []
         new = np.empty_like(self._obs)
+        checking = self._check.steps < SPACE_CHECK_STEPS
         for i, env in enumerate(self.envs):
             out = env.step(acts[i])
             if not (isinstance(out, tuple) and len(out) == 5):
@@ -218,14 +219,21 @@ class GymnasiumCopies(VectorMultiAgentEnv):
                                f"as in Gymnasium >= 0.26; got a {type(out).__name__} of length "
                                f"{len(out) if isinstance(out, tuple) else '?'}.")
             obs, r, te, tr, info = out
-            new[i, 0] = self._flat(obs, "step()", i)
+            if checking or not self._box:
+                new[i, 0] = self._flat(obs, "step()", i)
+            else:
+                new[i, 0] = np.asarray(obs, np.float32).reshape(-1)
             rewards[i, 0] = r
             infos.append({self.agents[0]: info})
-            self._ep_return[i] += r
-            self._ep_len[i] += 1
             if te or tr:
                 term[i, 0], trunc[i, 0], end[i] = bool(te), bool(tr) and not bool(te), True
-                episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
+        if not np.isfinite(new).all():  # one check for all copies; the message names the first bad one
+            bad = int(np.flatnonzero(~np.isfinite(new).all(axis=(1, 2)))[0])
+            self._check.finite(new[bad], "step()", bad)
+        self._ep_return += rewards[:, 0]
+        self._ep_len += 1
+        for i in np.flatnonzero(end):
+            episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), int(i)))
         self._check.steps += 1
         self._check.rewards(rewards)
         if end.any():

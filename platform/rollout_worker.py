@@ -49,7 +49,7 @@ class RolloutWorker:
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         random.seed(seed)
-        self.dppo = cfg.group_dppo(self.layers) if hasattr(cfg, "group_dppo") else cfg.layer(self.layers[0]).dppo
+        self.dppo = cfg.group_dppo(self.layers)
         d = self.dppo
         self.versions: dict[str, int] = {}
         self.progress: dict[str, float] = {}
@@ -58,6 +58,7 @@ class RolloutWorker:
         self.policies: dict[str, ActorCritic] = {}
         self.obs_norms: dict[str, ObservationNormalizer] = {}
         self.scalers: dict[str, RewardScaler] = {}
+        self._seed = seed
         venv, first, self.specs = probe_env(cfg, seed, d.num_envs_per_worker)
         for s in self.specs:
             layer = s.cfg
@@ -72,11 +73,16 @@ class RolloutWorker:
         self.bonuses = {s.name: make_bonus(s.cfg.exploration, s.obs_dim, s.name) for s in self.specs
                         if s.name in self.layers}
         self.bonuses = {k: b for k, b in self.bonuses.items() if b is not None}
-        self.sampler = Sampler(self.specs, venv, self.policies, self.obs_norms, tracks,
-                               bonus=self._bonus if self.bonuses else None, first=first)
-        self.sampler.version = self.versions  # rows are stamped with the version that acted
+        self._tracks = tracks
+        self._start_sampler(venv, first)
         for p in self.policies.values():
             p.requires_grad_(d.mode == "dppo")
+
+    def _start_sampler(self, venv: Any, first: Any) -> None:
+        self.sampler = Sampler(self.specs, venv, self.policies, self.obs_norms, self._tracks,
+                               bonus=self._bonus if self.bonuses else None, first=first)
+        self.sampler.version = self.versions  # rows are stamped with the version that acted
+        self._broken = False
 
     def _bonus(self, layer: str, obs: np.ndarray) -> np.ndarray:
         bonus = self.bonuses.get(layer)
@@ -111,8 +117,22 @@ class RolloutWorker:
         self._pull()
         t0 = time.perf_counter()
         quota = {name: worker_quota(self.cfg.layer(name), self.num_workers) for name in self.layers}
-        refresh = self.dppo.refresh_every if self.dppo.sync == "soft" else 0
-        harvests, episodes, env_steps = self.sampler.collect(quota, self._pull if refresh else None, refresh)
+        refresh = self.dppo.refresh_in_rollout  # env steps between refreshes; 0 for modes without
+        if self._broken:
+            # The last rollout failed mid-step (the env raised): its copies are in an unknown
+            # state and its partial rows must not count. Start over with fresh copies.
+            try:
+                self.sampler.close()
+            except Exception:  # noqa: BLE001 - a crashed simulator may fail to close too; it is dropped
+                pass
+            self._seed += 1
+            venv, first, _ = probe_env(self.cfg, self._seed, self.dppo.num_envs_per_worker)
+            self._start_sampler(venv, first)
+        try:
+            harvests, episodes, env_steps = self.sampler.collect(quota, self._pull if refresh else None, refresh)
+        except BaseException:
+            self._broken = True
+            raise
         out: dict[str, Rollout] = {}
         for name in self.layers:
             h = harvests[name]

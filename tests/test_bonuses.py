@@ -67,8 +67,6 @@ def test_a_bonus_named_by_module_path_is_built_without_registering(tmp_path):
     assert series == pytest.approx([0.125, 0.125])
 
 
-@pytest.mark.xfail(strict=True, reason="the rollout worker adopts published bonus state through "
-                   "bonus.load_state(...) once its rewrite lands; remove this mark then")
 def test_a_learned_bonus_publishes_its_state_and_workers_adopt_it(tmp_path):
     # Update 1's rollouts were collected before any training: bonus 0 (a zero bonus is not logged).
     # Update 2's with the state the learner published after update 1: its count, 1, except for
