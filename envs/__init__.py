@@ -1,5 +1,5 @@
 """Environment loading, batching (every env as a VectorMultiAgentEnv) and validation."""
-from hdppo.envs.loading import make_gym_env, resolve_entry_point
-from hdppo.envs.vector import VecObs, VecStep, VectorMultiAgentEnv, make_vector_env
+from .loading import make_gym_env, resolve_entry_point
+from .vector import VecObs, VecStep, VectorMultiAgentEnv, make_vector_env
 
 __all__ = ["VecObs", "VecStep", "VectorMultiAgentEnv", "make_gym_env", "make_vector_env", "resolve_entry_point"]

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.errors import EnvError
+from .errors import EnvError
 
 SINGLE_AGENT = "agent_0"
 
@@ -246,7 +246,7 @@ def adapt(env: Any, name: str, env_type: str) -> MultiAgentAdapter:
 def make_multi_agent(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
                      max_episode_steps: int | None) -> MultiAgentAdapter:
     """Make and adapt one env. PettingZoo ids are module paths ('pettingzoo.classic.tictactoe_v3')."""
-    from hdppo.envs.loading import make_gym_env, resolve_entry_point
+    from .loading import make_gym_env, resolve_entry_point
 
     name = env_id or entry_point or "env"
     if env_type == "gymnasium":

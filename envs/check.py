@@ -8,10 +8,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.adapters import adapt, make_multi_agent
-from hdppo.envs.vector import GymnasiumCopies
-from hdppo.envs.errors import EnvError
-from hdppo.envs.loading import make_gym_env, resolve_entry_point
+from .adapters import adapt, make_multi_agent
+from .vector import GymnasiumCopies
+from .errors import EnvError
+from .loading import make_gym_env, resolve_entry_point
 
 
 def _make(target: Any) -> tuple[Any, str, str, dict]:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from hdppo.envs.errors import EnvError
+from .errors import EnvError
 
 # Each rollout worker sets this before it makes its envs, so an env can vary by worker
 # (per-worker conditions, domain randomization); unset outside workers.

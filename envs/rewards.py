@@ -37,7 +37,7 @@ import dataclasses
 import importlib
 from typing import Any, Callable
 
-from hdppo.envs.errors import ConfigError
+from .errors import ConfigError
 
 __all__ = ["RewardFn", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
 
@@ -73,7 +73,7 @@ def register_reward(name: str, *, vectorized: bool = False):
 
 
 def _builtin_modules() -> dict[str, str]:
-    from hdppo.envs.builtin import REWARDS
+    from .builtin import REWARDS
 
     return REWARDS
 

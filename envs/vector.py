@@ -30,7 +30,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.errors import EnvError
+from .errors import EnvError
 
 # Observations are also checked against the declared space for this many steps after start
 # (NaN/inf is checked on every step; ``space.contains`` is slower).
@@ -146,7 +146,7 @@ class GymnasiumCopies(VectorMultiAgentEnv):
     """
 
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int, name: str = "env"):
-        from hdppo.envs.adapters import SINGLE_AGENT
+        from .adapters import SINGLE_AGENT
 
         self.name, self.num_envs = name, num_envs
         self.envs = [make_env() for _ in range(num_envs)]
@@ -472,7 +472,7 @@ class GymnasiumVector(VectorMultiAgentEnv):
     then come in ``infos['final_obs']``)."""
 
     def __init__(self, venv: Any, name: str = "env"):
-        from hdppo.envs.adapters import SINGLE_AGENT
+        from .adapters import SINGLE_AGENT
 
         mode = venv.metadata.get("autoreset_mode")
         same = getattr(gym.vector.AutoresetMode, "SAME_STEP", None)
@@ -547,8 +547,8 @@ class GymnasiumVector(VectorMultiAgentEnv):
 def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
                     max_episode_steps: int | None, num_envs: int, seed: int | None = None) -> VectorMultiAgentEnv:
     """``num_envs`` copies of the configured env as one :class:`VectorMultiAgentEnv`."""
-    from hdppo.envs.adapters import GymnasiumAdapter, make_multi_agent
-    from hdppo.envs.loading import make_gym_env, resolve_entry_point
+    from .adapters import GymnasiumAdapter, make_multi_agent
+    from .loading import make_gym_env, resolve_entry_point
 
     name = env_id or entry_point or "env"
     if env_type == "gymnasium":

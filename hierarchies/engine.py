@@ -28,14 +28,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from hdppo.envs.errors import EnvError
-from hdppo.envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions
-from hdppo.hierarchies.intrinsic import resolve
-from hdppo.hierarchies.spec import LayerSpec
-from hdppo.platform.batch import Batch
-from hdppo.policies.gae import decision_gae
-from hdppo.policies.networks import ActorCritic
-from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler
+from ..envs.errors import EnvError
+from ..envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions
+from .intrinsic import resolve
+from .spec import LayerSpec
+from ..platform.batch import Batch
+from ..policies.gae import decision_gae
+from ..policies.networks import ActorCritic
+from ..policies.normalizers import ObservationNormalizer, RewardScaler
 
 
 @dataclass

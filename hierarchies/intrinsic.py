@@ -13,7 +13,7 @@ arrays, ``info`` a list of B dicts) -> ``[B]``. The module docstring of
 """
 from __future__ import annotations
 
-from hdppo.envs.rewards import RewardFn, register_reward, registered_rewards, resolve_reward
+from ..envs.rewards import RewardFn, register_reward, registered_rewards, resolve_reward
 
 __all__ = ["IntrinsicFn", "RewardFn", "register_reward", "registered_rewards", "resolve"]
 

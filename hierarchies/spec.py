@@ -12,9 +12,9 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.vector import VecObs, VectorMultiAgentEnv, flat_dims
-from hdppo.platform.config import Config, LayerConfig, SquadsSpec
-from hdppo.platform.errors import ConfigError, EnvError
+from ..envs.vector import VecObs, VectorMultiAgentEnv, flat_dims
+from ..platform.config import Config, LayerConfig, SquadsSpec
+from ..platform.errors import ConfigError, EnvError
 
 @dataclass
 class LayerSpec:
@@ -168,7 +168,7 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         elif src == "state":
             env_dim = _state_dim(spec, probe)
     if src not in ("env", "state"):
-        from hdppo.envs.loading import resolve_entry_point
+        from ..envs.loading import resolve_entry_point
 
         if ":" not in src:
             raise _layer_error(spec, "observation.source", f"{src!r} is not 'env', 'state' or 'module:function'.")
@@ -189,7 +189,7 @@ def needs_state(cfg: Config) -> bool:
 
 
 def make_env(cfg: Config, num_envs: int, seed: int | None = None) -> VectorMultiAgentEnv:
-    from hdppo.envs.vector import make_vector_env
+    from ..envs.vector import make_vector_env
 
     e = cfg.env
     venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, num_envs, seed)
@@ -198,7 +198,7 @@ def make_env(cfg: Config, num_envs: int, seed: int | None = None) -> VectorMulti
 
 
 def reset_env(venv: VectorMultiAgentEnv, seed: int | None) -> VecObs:
-    from hdppo.envs.errors import HdppoError
+    from ..envs.errors import HdppoError
 
     try:
         return venv.reset(seed=seed)

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hdppo.platform import metrics as M
-from hdppo.platform.config import GroupSpec, load_config
-from hdppo.platform.errors import ConfigError
-from hdppo.platform.trainer import Trainer
+from . import metrics as M
+from .config import GroupSpec, load_config
+from .errors import ConfigError
+from .trainer import Trainer
 
 
 def parse_counts(text: str) -> list[int]:

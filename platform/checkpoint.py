@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from hdppo.platform.errors import CheckpointError
+from .errors import CheckpointError
 
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 KEEP = 3

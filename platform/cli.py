@@ -12,11 +12,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from hdppo.platform.errors import HdppoError
+from .errors import HdppoError
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from hdppo.platform.trainer import train_from_file
+    from .trainer import train_from_file
 
     summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume)
     run_dir = summary["run_dir"]
@@ -30,8 +30,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _run_dir_config(run_dir: Path, fix: str):
     """The config a run dir was trained with; a clear error when the folder is not a run dir."""
-    from hdppo.platform.config import load_config
-    from hdppo.platform.errors import CheckpointError
+    from .config import load_config
+    from .errors import CheckpointError
 
     if not (run_dir / "config.yaml").is_file():
         raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). {fix}")
@@ -41,9 +41,9 @@ def _run_dir_config(run_dir: Path, fix: str):
 def _cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
-    from hdppo.platform.errors import CheckpointError
-    from hdppo.platform.evaluation import evaluate
+    from .checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from .errors import CheckpointError
+    from .evaluation import evaluate
 
     run_dir = Path(args.run_dir)
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
@@ -61,11 +61,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    from hdppo.envs.check import check_target
+    from ..envs.check import check_target
 
     target = args.target
     if target.endswith((".yaml", ".yml")) and Path(target).exists():
-        from hdppo.platform.config import load_config
+        from .config import load_config
 
         target = load_config(target).env  # envs/ reads no config files: it gets the env section
     report = check_target(target, steps=args.steps)
@@ -74,7 +74,7 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_ablate(args: argparse.Namespace) -> int:
-    from hdppo.platform.ablation import ablate, parse_counts
+    from .ablation import ablate, parse_counts
 
     out = Path(args.out) if args.out else Path("runs") / f"ablate-{Path(args.config).stem}"
     ablate(args.config, parse_counts(args.workers), out, args.set)
@@ -86,7 +86,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from hdppo.platform.sweep import SWEEP_JSON, SWEEP_MD, failures, sweep, to_rich
+    from .sweep import SWEEP_JSON, SWEEP_MD, failures, sweep, to_rich
 
     out, layer, rows = sweep(args.config, args.grid, samples=args.samples, metric=args.metric, mode=args.mode,
                              layer=args.layer, sweep_dir=args.sweep_dir, max_concurrent=args.max_concurrent,
@@ -100,8 +100,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    from hdppo.platform.elastic import request_scale
-    from hdppo.platform.errors import ConfigError
+    from .elastic import request_scale
+    from .errors import ConfigError
 
     run_dir = Path(args.run_dir)
     cfg = _run_dir_config(run_dir, "Pass the folder of a run that `hdppo train` is training now.")
@@ -118,7 +118,7 @@ def _cmd_scale(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from hdppo.platform.config import json_schema
+    from .config import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0

@@ -15,8 +15,8 @@ from typing import Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hdppo.platform.errors import ConfigError
-from hdppo.platform.sync_modes import sync_mode_class
+from .errors import ConfigError
+from .sync_modes import sync_mode_class
 
 
 class _Strict(BaseModel):
@@ -260,7 +260,7 @@ class RewardSpec(_Strict):
         if self.intrinsic != 0.0 and not self.intrinsic_fn:
             raise ValueError("an intrinsic weight needs intrinsic_fn (a name or 'module:function')")
         if self.intrinsic_fn:
-            from hdppo.envs.rewards import is_known_reward, registered_rewards
+            from ..envs.rewards import is_known_reward, registered_rewards
 
             if not is_known_reward(self.intrinsic_fn):
                 raise ValueError(f"intrinsic_fn {self.intrinsic_fn!r} is not a registered reward; registered: "
@@ -308,7 +308,7 @@ class ExplorationSpec(_Strict):
     def _registered(cls, value: str) -> str:
         if value == "none":
             return value
-        from hdppo.policies.bonuses import bonus_class
+        from ..policies.bonuses import bonus_class
 
         try:
             bonus_class(value)  # a 'module:Class' is imported here, so a wrong path fails now, not on a worker
@@ -321,7 +321,7 @@ class ExplorationSpec(_Strict):
         """True if the bonus has a learner side, which needs the samples on the learner."""
         if self.type == "none":
             return False
-        from hdppo.policies.bonuses import bonus_class
+        from ..policies.bonuses import bonus_class
 
         return bonus_class(self.type).learned
 

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from hdppo.platform.config import ElasticConfig
+from .config import ElasticConfig
 
 SCALE_REQUEST = "scale_request.json"
 

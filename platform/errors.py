@@ -5,7 +5,7 @@ are the same classes here.
 """
 from __future__ import annotations
 
-from hdppo.envs.errors import ConfigError, EnvError, HdppoError
+from ..envs.errors import ConfigError, EnvError, HdppoError
 
 __all__ = ["HdppoError", "ConfigError", "EnvError", "RayStartError", "CheckpointError"]
 

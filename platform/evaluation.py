@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hdppo.hierarchies.engine import Sampler, run_episodes
-from hdppo.hierarchies.spec import probe_env
-from hdppo.platform.config import Config
-from hdppo.policies.networks import ActorCritic
-from hdppo.policies.normalizers import ObservationNormalizer, RunningStats
+from ..hierarchies.engine import Sampler, run_episodes
+from ..hierarchies.spec import probe_env
+from .config import Config
+from ..policies.networks import ActorCritic
+from ..policies.normalizers import ObservationNormalizer, RunningStats
 
 
 def _normalizer(cfg: Config, layer: str, obs_dim: int, state: dict[str, Any]) -> ObservationNormalizer:

@@ -19,13 +19,13 @@ import time
 from typing import Any
 
 
-from hdppo.platform import metrics as M
-from hdppo.platform.config import Config
-from hdppo.platform.errors import HdppoError, RayStartError
-from hdppo.platform.learner import Learner
-from hdppo.platform.messages import UpdateResult
-from hdppo.platform.rollout_worker import RolloutWorker
-from hdppo.platform.sync_modes import Call, Source, make_sync_mode
+from . import metrics as M
+from .config import Config
+from .errors import HdppoError, RayStartError
+from .learner import Learner
+from .messages import UpdateResult
+from .rollout_worker import RolloutWorker
+from .sync_modes import Call, Source, make_sync_mode
 
 PLACEMENT_TIMEOUT_S = 120
 
@@ -68,7 +68,7 @@ class DPPOGroup:
         self._updates = 0
         self._meter = None
         if self.dppo.elastic is not None:
-            from hdppo.platform.elastic import CpuMeter
+            from .elastic import CpuMeter
 
             self._meter = CpuMeter()
             self._util: list[float] = []
@@ -236,7 +236,7 @@ class DPPOGroup:
     # -- elastic pool --------------------------------------------------------------------------
     def _elastic(self, metrics: dict[str, float]) -> None:
         """Every ``elastic.every`` updates, resize by the policy on mean CPU utilization."""
-        from hdppo.platform.elastic import decide_workers
+        from .elastic import decide_workers
 
         e = self.dppo.elastic
         self._util.append(self._meter())  # type: ignore[misc]

@@ -16,19 +16,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from hdppo.platform import metrics as M
-from hdppo.platform.backend import call_service, make_backend
-from hdppo.platform.batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
-from hdppo.platform.config import Config
-from hdppo.platform.diagnostics import divergences, mean_pairwise_cosine, pool_moments
-from hdppo.platform.messages import GradientResult, UpdateResult
-from hdppo.policies.compression import decompress, wire_nbytes
-from hdppo.policies.bonuses import make_bonus
-from hdppo.policies.networks import ActorCritic
-from hdppo.policies.normalizers import RunningStats
-from hdppo.policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
-from hdppo.policies.schedules import linear
-from hdppo.policies.staleness import staleness_weights
+from . import metrics as M
+from .backend import call_service, make_backend
+from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
+from .config import Config
+from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
+from .messages import GradientResult, UpdateResult
+from ..policies.compression import decompress, wire_nbytes
+from ..policies.bonuses import make_bonus
+from ..policies.networks import ActorCritic
+from ..policies.normalizers import RunningStats
+from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
+from ..policies.schedules import linear
+from ..policies.staleness import staleness_weights
 
 
 class Learner:

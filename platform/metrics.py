@@ -87,7 +87,7 @@ class MetricsWriter:
 
     def coverage(self, layer: str, step: int, points: Any, workers: Any) -> None:
         """The state-coverage picture (hdppo.platform.diagnostics.coverage_image) as an image."""
-        from hdppo.platform.diagnostics import coverage_image
+        from .diagnostics import coverage_image
 
         self._tb[layer].add_image(IMG_STATE_COVERAGE, coverage_image(points, workers, f"{layer}, step {step:,}"), step)
 

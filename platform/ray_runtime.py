@@ -7,7 +7,7 @@ import socket
 
 import ray
 
-from hdppo.platform.errors import RayStartError
+from .errors import RayStartError
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:

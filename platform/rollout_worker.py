@@ -18,20 +18,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from hdppo.envs.loading import WORKER_INDEX_VAR
-from hdppo.hierarchies.engine import Sampler, Track
-from hdppo.hierarchies.spec import probe_env
-from hdppo.platform.backend import call_service, deref
-from hdppo.platform.batch import Batch, Rollout, RolloutStats
-from hdppo.platform.config import Config, worker_quota
-from hdppo.platform.diagnostics import moments
-from hdppo.platform.messages import GradientResult
-from hdppo.policies.bonuses import make_bonus
-from hdppo.policies.compression import compress
-from hdppo.policies.networks import ActorCritic
-from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
-from hdppo.policies.ppo_update import gradients, minibatch_loss
-from hdppo.policies.schedules import linear
+from ..envs.loading import WORKER_INDEX_VAR
+from ..hierarchies.engine import Sampler, Track
+from ..hierarchies.spec import probe_env
+from .backend import call_service, deref
+from .batch import Batch, Rollout, RolloutStats
+from .config import Config, worker_quota
+from .diagnostics import moments
+from .messages import GradientResult
+from ..policies.bonuses import make_bonus
+from ..policies.compression import compress
+from ..policies.networks import ActorCritic
+from ..policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
+from ..policies.ppo_update import gradients, minibatch_loss
+from ..policies.schedules import linear
 
 
 class RolloutWorker:

@@ -30,9 +30,9 @@ from typing import Any, Iterator
 
 import yaml
 
-from hdppo.platform import metrics as M
-from hdppo.platform.config import Config, load_config, set_path, validate
-from hdppo.platform.errors import ConfigError, HdppoError
+from . import metrics as M
+from .config import Config, load_config, set_path, validate
+from .errors import ConfigError, HdppoError
 
 SWEEP_MD = "sweep.md"
 SWEEP_JSON = "sweep.json"
@@ -193,8 +193,8 @@ def trial_bundles(cfg: Config, cpus: float) -> list[dict[str, float]]:
     """The placement-group bundles of a trial's actors, one per learner and rollout worker: what
     its Trainer, given ``cpus``, declares (the same sizing code). None with the local backend,
     which runs the whole trial in the trial's own process (that process then holds ``cpus``)."""
-    from hdppo.platform.group import group_cpus
-    from hdppo.platform.trainer import plan_groups
+    from .group import group_cpus
+    from .trainer import plan_groups
 
     if cfg.ray.backend == "local":
         return []
@@ -318,7 +318,7 @@ def _trial(spec: dict[str, Any]) -> None:
     """One Tune trial: the usual Trainer into the trial's run dir, each update reported to Tune."""
     from ray import tune
 
-    from hdppo.platform.trainer import Trainer
+    from .trainer import Trainer
 
     t = spec["trial"]
     os.chdir(t["cwd"])  # Tune starts a trial in its own folder; configs name paths from the user's
@@ -400,7 +400,7 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"sweep dir {out} already exists; pass another --sweep-dir or delete it.")
 
-    from hdppo.platform.ray_runtime import init_ray
+    from .ray_runtime import init_ray
 
     cluster_cpus = init_ray(address or base.ray.address, base.ray.num_cpus)
     concurrent, cpus = trial_budget(cluster_cpus, len(trials), max_concurrent)

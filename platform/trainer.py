@@ -16,20 +16,20 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from hdppo.platform import metrics as M
-from hdppo.platform.backend import make_backend
-from hdppo.platform.checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
+from . import metrics as M
+from .backend import make_backend
+from .checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
                                        save_checkpoint)
-from hdppo.platform.config import Config, dump_config, load_config, validate
-from hdppo.platform.elastic import take_scale_request
-from hdppo.platform.errors import CheckpointError, ConfigError
-from hdppo.platform.evaluation import evaluate
-from hdppo.platform.group import DPPOGroup
-from hdppo.platform.learner import Learner
-from hdppo.platform.messages import UpdateResult
-from hdppo.platform.parameter_service import ParameterService
-from hdppo.platform.progress import Progress
-from hdppo.platform.ray_runtime import init_ray
+from .config import Config, dump_config, load_config, validate
+from .elastic import take_scale_request
+from .errors import CheckpointError, ConfigError
+from .evaluation import evaluate
+from .group import DPPOGroup
+from .learner import Learner
+from .messages import UpdateResult
+from .parameter_service import ParameterService
+from .progress import Progress
+from .ray_runtime import init_ray
 
 Hook = Callable[["Trainer", str, int, dict], None]
 
@@ -87,7 +87,7 @@ class Trainer:
     def _probe(self) -> dict[str, dict[str, Any]]:
         """Make one env in the driver: fail fast (and clearly) before starting any actor, and
         learn every layer's observation and action sizes."""
-        from hdppo.hierarchies.spec import probe_env
+        from ..hierarchies.spec import probe_env
 
         probe, _, specs = probe_env(self.cfg, self.cfg.train.seed)
         probe.close()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from hdppo.policies.networks import ActorCritic
-from hdppo.policies.ppo_loss import LossTerms, normalize_advantages, ppo_loss
+from .networks import ActorCritic
+from .ppo_loss import LossTerms, normalize_advantages, ppo_loss
 
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,

@@ -51,3 +51,24 @@ def test_envs_and_policies_do_not_import_the_runtime():
             bad += [f"{path.relative_to(ROOT)}:{line}: {mod}" for line, mod in _imported_modules(path, package)
                     if mod == "hdppo.platform" or mod.startswith("hdppo.platform.")]
     assert not bad, "envs/ and policies/ must not import the runtime (hdppo.platform):\n" + "\n".join(bad)
+
+
+def test_imports_between_the_packages_are_relative_and_resolve_to_files():
+    """Go-to-definition and a static import graph follow a relative import by the file system
+    (the four packages are sibling folders, as hdppo's subpackages are); an absolute
+    ``hdppo.x`` import needs the installed package mapping to resolve."""
+    absolute, unresolved = [], []
+    for folder in ("platform", "envs", "policies", "hierarchies"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("hdppo"):
+                    absolute.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module}")
+                elif isinstance(node, ast.ImportFrom) and node.level:
+                    base = path.parent
+                    for _ in range(node.level - 1):
+                        base = base.parent
+                    target = base.joinpath(*(node.module or "").split("."))
+                    if not (target.with_suffix(".py").is_file() or target.is_dir()):
+                        unresolved.append(f"{path.relative_to(ROOT)}:{node.lineno}: {'.' * node.level}{node.module}")
+    assert not absolute, "use relative imports inside the package:\n" + "\n".join(absolute)
+    assert not unresolved, "relative imports that point at no file:\n" + "\n".join(unresolved)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.rewards import register_reward
+from ..rewards import register_reward
 
 SUCCESS_BONUS = 10.0
 SUCCESS_RETURN = 8.0  # eval returns above this are arrivals (see the table above)

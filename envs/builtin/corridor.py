@@ -26,7 +26,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from hdppo.envs.rewards import register_reward
+from ..rewards import register_reward
 
 LEFT, STAY, RIGHT = 0, 1, 2
 

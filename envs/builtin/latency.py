@@ -24,7 +24,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from hdppo.envs.loading import WORKER_INDEX_VAR
+from ..loading import WORKER_INDEX_VAR
 
 
 class LatencyEnv(gym.Env):

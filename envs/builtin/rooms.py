@@ -25,8 +25,9 @@ where its row or column happens to line up with it. The control layer, which doe
 doorway, is a direction follower that knows no goal. Only the middle layer has the local view
 and the room to reach at the same time. (The information could be moved, of course: a
 strategy layer given the agents' observations besides the state, or a control layer that
-takes rooms as commands and learns the whole way there from the sparse goal reward, are other
-decompositions; ``benchmarks/results/three_layers.md`` compares the ones in the tests.)
+takes rooms as commands and learns the whole way there from the goal reward, are other
+decompositions, not measured here; ``benchmarks/results/three_layers.md`` has the three-layer
+and the strategy-over-control runs.)
 
 | | |
 |---|---|
@@ -57,7 +58,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from hdppo.envs.rewards import register_reward
+from ..rewards import register_reward
 
 N, E, S, W = 0, 1, 2, 3
 _DELTA = np.array([[-1, 0], [0, 1], [1, 0], [0, -1]], np.int64)  # row, column per world direction

@@ -3,7 +3,7 @@
 Importing this package registers the built-in modes: ``sync`` (barrier), ``pipeline``,
 ``soft`` and ``async``.
 """
-from hdppo.platform.sync_modes.base import SYNC_MODES, Call, Source, SyncMode, make_sync_mode, register, sync_mode_class
-from hdppo.platform.sync_modes import async_mode, barrier, pipeline, soft  # noqa: F401 - registers the built-ins
+from .base import SYNC_MODES, Call, Source, SyncMode, make_sync_mode, register, sync_mode_class
+from . import async_mode, barrier, pipeline, soft  # noqa: F401 - registers the built-ins
 
 __all__ = ["SYNC_MODES", "Call", "Source", "SyncMode", "make_sync_mode", "register", "sync_mode_class"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hdppo.platform.sync_modes.base import register
-from hdppo.platform.sync_modes.streaming import Streaming
+from .base import register
+from .streaming import Streaming
 
 
 @register("async")

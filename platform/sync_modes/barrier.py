@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hdppo.platform.sync_modes.base import Source, SyncMode, register
+from .base import Source, SyncMode, register
 
 
 @register("sync")

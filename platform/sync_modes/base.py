@@ -8,7 +8,7 @@ gathers sample calls, and keeps its own calls in flight in step with the pool.
 
 A new mode is a new module::
 
-    from hdppo.platform.sync_modes import SyncMode, register
+    from . import SyncMode, register
 
     @register("mine")
     class Mine(SyncMode):
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:  # the group imports this package, not the other way round
-    from hdppo.platform.group import DPPOGroup
+    from ..group import DPPOGroup
 
 Source = tuple[int, int]  # (worker index, generation): which incarnation of a worker made a result
 

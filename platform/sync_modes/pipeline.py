@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hdppo.platform.sync_modes.base import Call, Source, SyncMode, register
+from .base import Call, Source, SyncMode, register
 
 
 @register("pipeline")

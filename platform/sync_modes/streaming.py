@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hdppo.platform.sync_modes.base import Call, Source, SyncMode
+from .base import Call, Source, SyncMode
 
 
 class Streaming(SyncMode):

@@ -4,6 +4,6 @@ Built in: ``count`` (:mod:`.count`, SimHash counts) and ``rnd`` (:mod:`.rnd`, ra
 distillation). A new bonus is a new module with a ``@register_bonus("name")`` class, or any
 class named as ``package.module:Class``.
 """
-from hdppo.policies.bonuses.registry import Bonus, bonus_class, make_bonus, register_bonus, registered_bonuses
+from .registry import Bonus, bonus_class, make_bonus, register_bonus, registered_bonuses
 
 __all__ = ["Bonus", "bonus_class", "make_bonus", "register_bonus", "registered_bonuses"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from hdppo.policies.bonuses.registry import Bonus, register_bonus
+from .registry import Bonus, register_bonus
 
 
 @register_bonus("count")

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hdppo.envs.errors import ConfigError
+from ...envs.errors import ConfigError
 
 __all__ = ["Bonus", "bonus_class", "make_bonus", "register_bonus", "registered_bonuses"]
 

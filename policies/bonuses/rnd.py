@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hdppo.policies.bonuses.registry import Bonus, register_bonus
-from hdppo.policies.networks import mlp
-from hdppo.policies.normalizers import RunningStats
+from .registry import Bonus, register_bonus
+from ..networks import mlp
+from ..normalizers import RunningStats
 
 
 class RND(nn.Module):
