@@ -7,11 +7,22 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from .errors import EnvError
+from .errors import ConfigError, EnvError
 
 # Each rollout worker sets this before it makes its envs, so an env can vary by worker
 # (per-worker conditions, domain randomization); unset outside workers.
 WORKER_INDEX_VAR = "HDPPO_WORKER_INDEX"
+
+
+def import_object(path: str, field: str) -> Any:
+    """The attribute a config names as ``package.module:attribute`` (a reward, a bonus class);
+    raises :class:`ConfigError` naming the config field."""
+    module_name, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{field} {path!r}: cannot import {attr!r} from {module_name!r} ({exc}). "
+                          "Check the path and that the module is importable on every worker.") from None
 
 
 def resolve_entry_point(entry_point: str) -> Callable[..., Any]:

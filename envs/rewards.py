@@ -38,6 +38,7 @@ import importlib
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .loading import import_object
 
 __all__ = ["RewardFn", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
 
@@ -96,12 +97,7 @@ def resolve_reward(name_or_path: str) -> RewardFn:
     """The reward for a registered name or a ``package.module:function`` path; raises
     :class:`ConfigError` listing the registered names."""
     if ":" in name_or_path:
-        module_name, _, attr = name_or_path.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"intrinsic_fn {name_or_path!r}: cannot import {attr!r} from {module_name!r} ({exc}). "
-                              "Check the path and that the module is importable on every worker.") from None
+        fn = import_object(name_or_path, "intrinsic_fn")
         if not callable(fn):
             raise ConfigError(f"intrinsic_fn {name_or_path!r} is not a function")
         return RewardFn(fn, bool(getattr(fn, "__hdppo_vectorized__", False)), name_or_path)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...envs.errors import ConfigError
+from ...envs.loading import import_object
 
 __all__ = ["Bonus", "bonus_class", "make_bonus", "register_bonus", "registered_bonuses"]
 
@@ -103,12 +104,7 @@ def bonus_class(name: str) -> type[Bonus]:
     """The class for a registered name or a ``package.module:Class`` path; raises
     :class:`ConfigError` saying what is registered."""
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"exploration.type {name!r}: cannot import {attr!r} from {module_name!r} ({exc}). "
-                              "Check the path and that the module is importable on every worker.") from None
+        cls = import_object(name, "exploration.type")
         if not (isinstance(cls, type) and issubclass(cls, Bonus)):
             raise ConfigError(f"exploration.type {name!r} is not a subclass of hdppo.policies.bonuses.Bonus")
         return cls
