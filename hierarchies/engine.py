@@ -273,7 +273,8 @@ class Sampler:
             parts.append(cmd)
         if p.ids is not None:
             parts.append(np.broadcast_to(p.ids, (self.N, p.L, p.ids.shape[1])))
-        x = np.concatenate(parts, axis=-1, dtype=np.float32) if len(parts) > 1 else np.asarray(parts[0], np.float32)
+        # One part may be a read-only broadcast (a state shared by the lanes): torch wants a real array.
+        x = np.concatenate(parts, axis=-1, dtype=np.float32) if len(parts) > 1 else np.ascontiguousarray(parts[0], np.float32)
         if x.shape[-1] != p.spec.obs_dim:
             raise EnvError(f"layer {p.name!r}: its observation has {x.shape[-1]} values, expected {p.spec.obs_dim} "
                            "(the size seen when the env was first reset). The env's observation size must not "
@@ -319,39 +320,46 @@ class Sampler:
                                           torch.from_numpy(masks) if masks is not None else None,
                                           torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
                                           with_value=False)
-            n_idx, l_idx = np.nonzero(due)
-            self.last_action[p.name][n_idx, l_idx] = actions
-            if p.bottom:
-                self.env_act[n_idx, p.lane_slots[l_idx]] = policy.head.to_env_array(actions)
+            # Where the due lanes' values go: whole rows when every lane is due (a flat run,
+            # every step), else the lanes' positions.
+            if every:
+                lanes: tuple = (slice(None), slice(None))
+                shaped = lambda a: a.reshape(self.N, p.L, *a.shape[1:])  # noqa: E731
             else:
-                self.commands[p.name][n_idx, l_idx] = command_vectors(p.spec, actions)
+                lanes = np.nonzero(due)
+                shaped = _same
+            self.last_action[p.name][lanes] = shaped(actions)
+            if p.bottom:
+                env_vals = policy.head.to_env_array(actions)
+                if every and p.all_slots:
+                    self.env_act[:] = shaped(env_vals)
+                else:
+                    n_idx, l_idx = np.nonzero(due)
+                    self.env_act[n_idx, p.lane_slots[l_idx]] = env_vals
+            else:
+                self.commands[p.name][lanes] = shaped(command_vectors(p.spec, actions))
                 if p.name in self.command_counts:
                     self.command_counts[p.name] += np.bincount(actions[:, 0].astype(np.int64),
                                                                minlength=len(self.command_counts[p.name]))
             if buf is None:
                 continue
             self._close(p, buf, due & (buf.open_row >= 0), end=False)
-            bonus = self.bonus(p.name, obs) if self.bonus is not None else None
-            if every:
-                buf.obs[t] = obs.reshape(self.N, p.L, -1)
-                buf.act[t] = actions.reshape(self.N, p.L, -1)
-            else:
-                buf.obs[t, n_idx, l_idx] = obs
-                buf.act[t, n_idx, l_idx] = actions
-            buf.logp[t, n_idx, l_idx] = logp
+            row = (t, *lanes)
+            buf.obs[row] = shaped(obs)
+            buf.act[row] = shaped(actions)
+            buf.logp[row] = shaped(logp)
             if masks is not None:
-                buf.mask[t, n_idx, l_idx] = masks
+                buf.mask[row] = shaped(masks)
             if crit is not None:
-                buf.critic[t, n_idx, l_idx] = crit
-            buf.decided[t, n_idx, l_idx] = True
-            buf.version[t, n_idx, l_idx] = self.version[p.name]
-            buf.R[t, n_idx, l_idx] = bonus if bonus is not None else 0.0
-            buf.bonus[t, n_idx, l_idx] = bonus if bonus is not None else 0.0
-            buf.env_r[t, n_idx, l_idx] = 0.0
-            buf.int_r[t, n_idx, l_idx] = 0.0
-            buf.steps[t, n_idx, l_idx] = 0.0
-            buf.open_row[n_idx, l_idx] = t
-            buf.disc[n_idx, l_idx] = 1.0
+                buf.critic[row] = shaped(crit)
+            buf.decided[row] = True
+            buf.version[row] = self.version[p.name]
+            if self.bonus is not None:  # rows start at 0 (see _Buffers.carry_over): only a bonus is written
+                bonus = shaped(self.bonus(p.name, obs))
+                buf.R[row] = bonus
+                buf.bonus[row] = bonus
+            buf.open_row[lanes] = t
+            buf.disc[lanes] = 1.0
         for p in self.plans:
             if p.name in self.buffers and p.intrinsic is not None:
                 env_in[p.name] = (p.member_obs(now.obs), self._command_in(p))  # type: ignore[assignment]
@@ -397,8 +405,8 @@ class Sampler:
         self.agent_ended |= ended_now
         self.agent_trunc |= res.truncated
         end = res.episode_end
-        # Alive after the step, before any reset (a copy that ended has no one alive).
-        live_after = np.where(end[:, None], False, res.alive).astype(np.float64)
+        any_end = bool(end.any())
+        live_after = None  # alive after the step, before any reset; only squads need it
         for p in self.plans:
             buf = self.buffers.get(p.name)
             if buf is None:
@@ -427,10 +435,14 @@ class Sampler:
             # Ends: the bottom lane of an agent that ended; a squad whose members are all gone;
             # every lane of a copy whose episode ended.
             if p.bottom:
-                closing = ended_now[:, p.lane_slots] | end[:, None]
+                closing = ended_now if p.all_slots else ended_now[:, p.lane_slots]
+                if any_end:
+                    closing = closing | end[:, None]
             else:
+                if live_after is None:  # a copy that ended has no one alive
+                    live_after = np.where(end[:, None], False, res.alive).astype(np.float64)
                 closing = ((live_after @ p.membership == 0) & p.fixed[None, :]) | end[:, None]
-            closing &= open_
+            closing = closing & open_
             if closing.any():
                 # A lane was cut short when none of its agents that ended terminated.
                 if p.bottom:
@@ -441,13 +453,15 @@ class Sampler:
                     truncated = (ended_cnt > 0) & (trunc_cnt == ended_cnt)
                 self._close(p, buf, closing, end=True, truncated=truncated, res=res)
         # Copies whose episode ended start the next one.
-        if end.any():
+        if any_end:
             self.ep_t[end] = 0
             self.agent_ended[end] = False
             self.agent_trunc[end] = False
             for cmd in self.commands.values():
                 cmd[end] = 0.0
-        self.ep_t[~end] += 1
+            self.ep_t[~end] += 1
+        else:
+            self.ep_t += 1
 
     # -- closing transitions ---------------------------------------------------------------------
     def _close(self, p: _Plan, buf: _Buffers, closing: np.ndarray, end: bool,
@@ -458,22 +472,24 @@ class Sampler:
             return
         track = self.tracks[p.name]
         at, pick = buf.at(closing)
-        gamma = pick(buf.disc) if track.smdp else np.full(buf.R[at].shape, track.gamma)
-        term = ~pick(truncated) if end else np.zeros(gamma.shape, bool)  # type: ignore[arg-type]
+        gamma = pick(buf.disc) if track.smdp else track.gamma
+        term = ~pick(truncated) if end else False  # type: ignore[arg-type]
         # Slot n * L + l: one running return per lane; dense (every lane at one row) takes the slice path.
         slots = None if len(at) == 1 else at[1] * p.L + at[2]
-        scaled = track.scaler.scale(slots, buf.R[at].reshape(-1), np.full(gamma.size, end), gamma=gamma.reshape(-1))
-        buf.rew[at] = scaled.reshape(gamma.shape)
+        R = buf.R[at]
+        scaled = track.scaler.scale(slots, R.reshape(-1), end, gamma=gamma.reshape(-1) if track.smdp else gamma)
+        buf.rew[at] = scaled.reshape(R.shape)
         buf.gam[at] = gamma
         buf.closed[at] = True
         buf.end[at] = end
         buf.term[at] = term
         buf.stop[at] = end or cut
         buf.open_row[closing] = -1
+        if not (end or cut):
+            return
         n_idx, l_idx = np.nonzero(closing)
         rows = np.full(len(n_idx), at[0]) if len(at) == 1 else at[0]
-        term = term.reshape(-1) if len(at) == 1 else term
-        boot = (~term) if (end or cut) else np.zeros(len(rows), bool)
+        boot = ~np.broadcast_to(term, R.shape).reshape(-1)
         if boot.any():
             view = np.zeros_like(closing)
             view[n_idx[boot], l_idx[boot]] = True

@@ -171,7 +171,7 @@ class ObservationNormalizer:
             # float32, as the observations: float64 statistics would upcast a copy of every batch.
             self._mean, self._std, self._unused = cur.mean.astype(np.float32), cur.std().astype(np.float32), 0
         out = (obs - self._mean) / self._std
-        return np.clip(out, -self.clip, self.clip, out=out).astype(np.float32)
+        return np.minimum(np.maximum(out, -self.clip, out=out), self.clip, out=out).astype(np.float32, copy=False)
 
     def take_delta(self) -> RunningStats:
         """Hand over the unsent statistics; they are then counted in the published ones."""
@@ -241,11 +241,15 @@ class RewardScaler:
         ret = self.returns[idx] * g + rewards
         self._pending.add(ret)
         self._unused += len(ret)
-        self.returns[idx] = np.where(np.asarray(episode_end, bool), 0.0, ret)
+        if isinstance(episode_end, (bool, np.bool_)):  # one flag for all (the sampler closes lanes together)
+            self.returns[idx] = 0.0 if episode_end else ret
+        else:
+            self.returns[idx] = np.where(np.asarray(episode_end, bool), 0.0, ret)
         if self._std is None or stale(self._unused, self._stats.count):
             self._std, self._unused = float(self.stats.std()), 0
-        scaled = np.asarray(rewards) / self._std
-        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+        scaled = np.asarray(rewards, np.float32) / np.float32(self._std)
+        # minimum/maximum rather than np.clip: the same result at a fraction of its call overhead
+        return np.minimum(np.maximum(scaled, -self.clip, out=scaled), self.clip, out=scaled)
 
     def take_delta(self) -> RunningStats:
         self._fold()

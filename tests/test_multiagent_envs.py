@@ -2,6 +2,7 @@
 critic on state() (MPE), trained for a few updates by config alone."""
 import numpy as np
 import pytest
+import torch
 
 from conftest import tiny_config
 from hdppo.hierarchies.engine import Sampler, Track
@@ -29,15 +30,18 @@ def test_agents_that_die_in_kaz_close_their_lanes_and_the_copy_goes_on():
     norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
     tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
     sampler = Sampler(specs, venv, pol, norms, tracks, first=first)
+    torch.manual_seed(0)  # the random policy decides who dies: the same run whatever ran before
     partial = 0
-    for _ in range(400):
+    for _ in range(2000):
         sampler.step()
         alive = sampler.now.alive
         partial += int((alive.any(1) & ~alive.all(1)).any())  # some agent of a running copy is gone
+        if partial >= 20:
+            break
     batch = sampler.harvest()["control"].batch
-    assert partial > 0, "no agent died in 400 steps: the test no longer covers deaths"
+    assert partial >= 20, "agents hardly died in 2000 steps: the test no longer covers deaths"
     buf = sampler.buffers["control"]
-    assert np.isfinite(batch.advantages).all() and len(batch) > 400
+    assert np.isfinite(batch.advantages).all() and len(batch) > 100
     assert not (buf.open_row[~sampler.now.alive] >= 0).any()  # no open transition for a dead agent
 
 
