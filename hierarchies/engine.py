@@ -126,6 +126,7 @@ class _Buffers:
         self.cap = 0
         self._grow(cap)
         self.open_row = np.full((N, L), -1, np.int64)
+        self.dense_row = -1   # >= 0: every lane is open, at this row (so indexing needs no masks)
         self.disc = np.ones((N, L))
         self.boot_rows: list[np.ndarray] = []   # [k, 3] (t, n, l) of closed rows bootstrapped from a view
         self.boot_obs: list[np.ndarray] = []
@@ -155,13 +156,10 @@ class _Buffers:
         """Index of the open rows of the lanes in ``mask`` into ``[T, N, L]`` arrays, and how to
         pick those lanes' entries of an ``[N, L]`` array. When every lane is open at one row (a
         flat run, every step) that is a plain row index: no fancy indexing on the hot path."""
-        rows = self.open_row
-        if mask.all():
-            r0 = rows[0, 0]
-            if (rows == r0).all():
-                return (r0,), _same
+        if self.dense_row >= 0 and mask.all():
+            return (self.dense_row,), _same
         n, lane = np.nonzero(mask)
-        return (rows[mask], n, lane), (lambda a: a[mask])
+        return (self.open_row[mask], n, lane), (lambda a: a[mask])
 
     def ensure(self, t: int) -> None:
         if t >= self.cap:
@@ -181,6 +179,7 @@ class _Buffers:
         for k, v in self.arrays.items():
             v[0, n, lane] = kept[k]
         self.open_row[open_] = 0
+        self.dense_row = 0 if open_.all() else -1
         self.boot_rows, self.boot_obs, self.boot_critic, self.boot_value = [], [], [], []
         self.value_from = 1
 
@@ -360,6 +359,7 @@ class Sampler:
                 buf.bonus[row] = bonus
             buf.open_row[lanes] = t
             buf.disc[lanes] = 1.0
+            buf.dense_row = t if every else -1
         for p in self.plans:
             if p.name in self.buffers and p.intrinsic is not None:
                 env_in[p.name] = (p.member_obs(now.obs), self._command_in(p))  # type: ignore[assignment]
@@ -412,20 +412,24 @@ class Sampler:
             if buf is None:
                 continue
             cfg = p.spec.cfg.reward
-            open_ = buf.open_row >= 0
-            if not open_.any():
+            dense = buf.dense_row >= 0
+            open_ = buf.open_row >= 0 if not dense else None
+            if not dense and not open_.any():  # type: ignore[union-attr]
                 continue
             r_env = res.rewards if p.all_slots else res.rewards @ p.membership  # [N, L] the lane's agents' rewards
             r = cfg.env * r_env
             r_int = None
             if p.intrinsic is not None:
-                r_int = self._intrinsic(p, res, env_in[p.name], open_)
+                r_int = self._intrinsic(p, res, env_in[p.name], open_ if open_ is not None else np.ones((self.N, p.L), bool))
                 r = r + cfg.intrinsic * r_int
-            at, pick = buf.at(open_)
+            at, pick = ((buf.dense_row,), _same) if dense else buf.at(open_)  # type: ignore[arg-type]
             track = self.tracks[p.name]
             if track.smdp:
                 buf.R[at] += pick(buf.disc * r)
-                buf.disc[open_] *= track.gamma
+                if dense:
+                    buf.disc *= track.gamma
+                else:
+                    buf.disc[open_] *= track.gamma
             else:
                 buf.R[at] += pick(r)
             buf.env_r[at] += pick(r_env)
@@ -442,7 +446,8 @@ class Sampler:
                 if live_after is None:  # a copy that ended has no one alive
                     live_after = np.where(end[:, None], False, res.alive).astype(np.float64)
                 closing = ((live_after @ p.membership == 0) & p.fixed[None, :]) | end[:, None]
-            closing = closing & open_
+            if not dense:
+                closing = closing & open_
             if closing.any():
                 # A lane was cut short when none of its agents that ended terminated.
                 if p.bottom:
@@ -470,21 +475,18 @@ class Sampler:
         and keep the view to bootstrap from where an episode was truncated (or the rollout cut)."""
         if not closing.any():
             return
-        track = self.tracks[p.name]
         at, pick = buf.at(closing)
+        track = self.tracks[p.name]
         gamma = pick(buf.disc) if track.smdp else track.gamma
         term = ~pick(truncated) if end else False  # type: ignore[arg-type]
-        # Slot n * L + l: one running return per lane; dense (every lane at one row) takes the slice path.
-        slots = None if len(at) == 1 else at[1] * p.L + at[2]
-        R = buf.R[at]
-        scaled = track.scaler.scale(slots, R.reshape(-1), end, gamma=gamma.reshape(-1) if track.smdp else gamma)
-        buf.rew[at] = scaled.reshape(R.shape)
+        R = buf.R[at]  # scaled at harvest, all rows at once (RewardScaler.scale_rows)
         buf.gam[at] = gamma
         buf.closed[at] = True
         buf.end[at] = end
         buf.term[at] = term
         buf.stop[at] = end or cut
         buf.open_row[closing] = -1
+        buf.dense_row = -1
         if not (end or cut):
             return
         n_idx, l_idx = np.nonzero(closing)
@@ -552,6 +554,8 @@ class Sampler:
             boot = np.zeros((T, self.N, p.L))
             for rows, val in zip(buf.boot_rows, buf.boot_value):
                 boot[rows[:, 0], rows[:, 1], rows[:, 2]] = val
+            track = self.tracks[p.name]
+            buf.rew[:T] = track.scaler.scale_rows(buf.R[:T], buf.gam[:T], buf.closed[:T], buf.end[:T])
             adv = decision_gae(buf.rew[:T].astype(np.float64), buf.value[:T].astype(np.float64), buf.gam[:T],
                                self.tracks[p.name].lam, buf.decided[:T], buf.closed[:T], buf.stop[:T],
                                buf.term[:T], boot)

@@ -27,6 +27,27 @@ def decision_gae(rewards: np.ndarray, values: np.ndarray, gamma: np.ndarray | fl
     lanes = rewards.shape[1:]
     gam = np.broadcast_to(np.asarray(gamma, np.float64), rewards.shape)
     adv = np.zeros(rewards.shape, np.float64)
+    rows = np.flatnonzero(decided.reshape(T, -1).any(axis=1))
+    if len(rows) and decided[rows].all() and closed[rows].all():
+        # Every lane decides on the same rows and every transition is complete (a flat run, or
+        # agents that all act every step): the lane's next decision is the next such row, so
+        # the deltas are one vectorised expression and the recursion one multiply-add a row.
+        val = values[rows]
+        nxt = np.empty_like(val)
+        nxt[:-1] = val[1:]
+        nxt[-1] = 0.0 if last_value is None else last_value
+        st = stop[rows]
+        nv = np.where(st, np.where(terminated[rows], 0.0, bootstrap[rows]), nxt)
+        g = gam[rows]
+        delta = rewards[rows] + g * nv - val
+        coef = g * lam * ~st
+        out = np.empty_like(delta)
+        last = np.zeros(lanes)
+        for k in range(len(rows) - 1, -1, -1):
+            last = delta[k] + coef[k] * last
+            out[k] = last
+        adv[rows] = out
+        return adv
     next_v = np.zeros(lanes) if last_value is None else np.asarray(last_value, np.float64).copy()
     next_a = np.zeros(lanes)
     for t in range(T - 1, -1, -1):

@@ -227,6 +227,49 @@ class RewardScaler:
     def __call__(self, rewards: np.ndarray, episode_end: np.ndarray) -> np.ndarray:
         return self.scale(None, rewards, episode_end)
 
+    def scale_rows(self, rewards: np.ndarray, gamma: np.ndarray | float, closed: np.ndarray,
+                   episode_end: np.ndarray) -> np.ndarray:
+        """Scale a whole rollout at once. Every array is ``[T, *lanes]``; row order is time order,
+        ``closed`` marks the transitions (entries elsewhere are ignored), ``gamma`` is each
+        transition's discount (gamma**steps for an upper layer). Lane k's running return is slot
+        k (lanes flattened). The returns of the rollout are added to the statistics first, then
+        every reward is divided by the std, so a worker's first rollout is scaled by its own
+        returns rather than by an empty statistic. Returns float32 ``[T, *lanes]``, 0 where not closed."""
+        closed = np.asarray(closed, bool)
+        if not self.enabled:
+            return np.where(closed, rewards, 0.0).astype(np.float32)
+        T = rewards.shape[0]
+        width = int(np.prod(rewards.shape[1:], dtype=np.int64))
+        R = np.asarray(rewards, np.float64).reshape(T, width)
+        G = np.broadcast_to(np.asarray(gamma, np.float64), rewards.shape).reshape(T, width)
+        C = closed.reshape(T, width)
+        keep = ~np.asarray(episode_end, bool).reshape(T, width)
+        if width > len(self.returns):
+            self.returns = np.concatenate([self.returns, np.zeros(width - len(self.returns))])
+        rows = np.flatnonzero(C.any(axis=1))
+        rets = np.empty((len(rows), width))
+        ret = self.returns[:width].copy()
+        if C[rows].all():  # every lane closes on the same rows: two multiply-adds a row
+            for k, t in enumerate(rows):
+                ret = ret * G[t] + R[t]
+                rets[k] = ret
+                ret *= keep[t]
+        else:
+            for k, t in enumerate(rows):
+                c = C[t]
+                new = ret * G[t] + R[t]
+                rets[k] = new
+                ret = np.where(c, np.where(keep[t], new, 0.0), ret)
+        self.returns[:width] = ret
+        seen = rets[C[rows]]
+        if len(seen):
+            self._pending.add(seen)
+            self._unused += len(seen)
+        if self._std is None or stale(self._unused, self._stats.count):
+            self._std, self._unused = float(self.stats.std()), 0
+        scaled = np.clip(R / self._std, -self.clip, self.clip)
+        return np.where(C, scaled, 0.0).astype(np.float32).reshape(rewards.shape)
+
     def scale(self, slots: np.ndarray | None, rewards: np.ndarray, episode_end: np.ndarray,
               gamma: np.ndarray | float | None = None) -> np.ndarray:
         """Scale ``rewards`` of ``slots`` (None: slot i for reward i); ``gamma`` per reward (an

@@ -49,3 +49,25 @@ def test_per_transition_gamma_array():
     adv, _ = compute_gae(r, v, nv, z, z, gamma=g, lam=1.0)
     assert adv[1, 0] == pytest.approx(1 + 0.25 * 10)
     assert adv[0, 0] == pytest.approx(1 + 0.5 * (1 + 0.25 * 10))
+
+
+def test_dense_shortcut_equals_the_general_recursion():
+    """decision_gae takes a shortcut when every lane decides on the same rows; a lane that never
+    decides forces the general path, and the other lanes' advantages must not change."""
+    from hdppo.policies.gae import decision_gae
+
+    rng = np.random.default_rng(0)
+    T, N = 30, 3
+    r, v, b = rng.normal(size=(T, N)), rng.normal(size=(T, N)), rng.normal(size=(T, N))
+    g = rng.uniform(0.5, 0.99, size=(T, N))
+    stop = rng.random((T, N)) < 0.1
+    term = stop & (rng.random((T, N)) < 0.5)
+    ones = np.ones((T, N), bool)
+    last = rng.normal(size=N)
+    dense = decision_gae(r, v, g, 0.9, ones, ones, stop, term, b, last)
+    pad = lambda a, fill: np.concatenate([a, np.full((T, 1), fill, a.dtype)], axis=1)  # noqa: E731
+    decided = pad(ones, False)
+    general = decision_gae(pad(r, 0.0), pad(v, 0.0), pad(g, 0.9), 0.9, decided, decided, pad(stop, False),
+                           pad(term, False), pad(b, 0.0), np.append(last, 0.0))
+    np.testing.assert_allclose(general[:, :N], dense, rtol=1e-12)
+    assert (general[:, N] == 0).all()

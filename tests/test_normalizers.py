@@ -97,3 +97,32 @@ def test_normalizer_refreshes_when_pending_samples_could_move_it():
     expected = (1.0 - norm.current.mean[0]) / norm.current.std()[0]
     assert norm(np.array([[1.0]]))[0, 0] == pytest.approx(expected, rel=1e-6) != pytest.approx(1.0)
     assert norm.take_delta().count == 4100  # every observed sample, once
+
+
+def test_scale_rows_matches_the_running_return_of_each_lane():
+    """A rollout scaled at once: each lane's running return follows its own closed rows (with
+    per-row gamma and resets at episode ends), the statistics see exactly those returns, and the
+    first rollout is scaled by its own returns (not clipped against an empty statistic)."""
+    from hdppo.policies.normalizers import RewardScaler
+
+    rng = np.random.default_rng(1)
+    T, L = 12, 3
+    r = rng.normal(5.0, 1.0, (T, L))
+    g = np.full((T, L), 0.9)
+    closed = rng.random((T, L)) < 0.7
+    end = closed & (rng.random((T, L)) < 0.2)
+    sc = RewardScaler(0, 0.9)
+    out = sc.scale_rows(r, g, closed, end)
+    rets = []
+    for lane in range(L):
+        ret = 0.0
+        for t in range(T):
+            if closed[t, lane]:
+                ret = ret * 0.9 + r[t, lane]
+                rets.append(ret)
+                if end[t, lane]:
+                    ret = 0.0
+        assert sc.returns[lane] == pytest.approx(ret)
+    std = float(np.std(rets))
+    np.testing.assert_allclose(out[closed], np.clip(r[closed] / std, -10, 10), rtol=1e-5)
+    assert (out[~closed] == 0).all() and np.abs(out).max() < 10
