@@ -89,6 +89,14 @@ def _replaced_metric(run_dir):
     return [r["value"] for r in M.read_jsonl(run_dir / "metrics.jsonl") if r["tag"] == M.PERF_WORKERS_REPLACED]
 
 
+def _assert_replaced_once_counted_once(run_dir, summary):
+    """One worker replaced during the run, and every env step's sample used exactly once."""
+    replaced = _replaced_metric(run_dir)
+    assert replaced[0] == 0 and replaced[-1] == 1
+    samples, steps = _samples_and_steps(run_dir, summary)
+    assert samples == steps >= 2560
+
+
 def _samples_and_steps(run_dir, summary):
     rows = M.read_jsonl(run_dir / "metrics.jsonl")
     return sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES), summary["env_steps"]
@@ -102,10 +110,7 @@ def test_dppo_mode_replaces_a_worker_whose_env_raises(tmp_path):
         assert trainer.groups[0].replaced == 1
     finally:
         trainer.shutdown()
-    replaced = _replaced_metric(tmp_path / "run")
-    assert replaced[0] == 0 and replaced[-1] == 1
-    samples, steps = _samples_and_steps(tmp_path / "run", summary)
-    assert samples == steps >= 2560
+    _assert_replaced_once_counted_once(tmp_path / "run", summary)
 
 
 def test_dppo_mode_redoes_an_update_when_a_worker_fails_during_it(tmp_path, monkeypatch):
@@ -168,7 +173,4 @@ def test_dppo_mode_replaces_a_killed_worker(ray_session, tmp_path, when):
         assert killed and trainer.groups[0].replaced == 1 and trainer.groups[0].workers[0] is not killed[0]
     finally:
         trainer.shutdown()
-    replaced = _replaced_metric(tmp_path / "run")
-    assert replaced[0] == 0 and replaced[-1] == 1
-    samples, steps = _samples_and_steps(tmp_path / "run", summary)
-    assert samples == steps >= 2560
+    _assert_replaced_once_counted_once(tmp_path / "run", summary)
