@@ -309,6 +309,8 @@ class Sampler:
             if buf is not None:
                 norm.observe(raw)
             obs = norm(raw)
+            if not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
+                obs = obs.copy()
             masks = None
             if p.bottom and p.spec.mask_dim:
                 masks = (now.masks[:, p.lane_slots][due] if now.masks is not None  # type: ignore[index]
