@@ -554,13 +554,6 @@ class Config(_Strict):
     def layer(self, name: str) -> "LayerConfig":
         return next(layer for layer in self.layers if layer.name == name)
 
-    @property
-    def hierarchical(self) -> bool:
-        """True unless this is one plain layer over a single-agent Gymnasium env (the fast path)."""
-        layer = self.layers[0]
-        return (len(self.layers) > 1 or self.env.type != "gymnasium" or layer.policy.central_critic
-                or layer.exploration.type != "none")
-
 
 # ----------------------------------------------------------------------------- loading
 
