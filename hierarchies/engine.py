@@ -22,7 +22,7 @@ command: then it closes now, bootstrapped from V(next observation), as a flat PP
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -127,6 +127,7 @@ class _Buffers:
         self._grow(cap)
         self.open_row = np.full((N, L), -1, np.int64)
         self.dense_row = -1   # >= 0: every lane is open, at this row (so indexing needs no masks)
+        self.decided_n = 0    # decisions in this rollout (the carried-over row 0 excluded)
         self.disc = np.ones((N, L))
         self.boot_rows: list[np.ndarray] = []   # [k, 3] (t, n, l) of closed rows bootstrapped from a view
         self.boot_obs: list[np.ndarray] = []
@@ -180,6 +181,7 @@ class _Buffers:
             v[0, n, lane] = kept[k]
         self.open_row[open_] = 0
         self.dense_row = 0 if open_.all() else -1
+        self.decided_n = 0
         self.boot_rows, self.boot_obs, self.boot_critic, self.boot_value = [], [], [], []
         self.value_from = 1
 
@@ -362,6 +364,7 @@ class Sampler:
             buf.open_row[lanes] = t
             buf.disc[lanes] = 1.0
             buf.dense_row = t if every else -1
+            buf.decided_n += len(obs)
         for p in self.plans:
             if p.name in self.buffers and p.intrinsic is not None:
                 env_in[p.name] = (p.member_obs(now.obs), self._command_in(p))  # type: ignore[assignment]
@@ -501,9 +504,9 @@ class Sampler:
                 x, critic = self._inputs(p, self.now.obs, self.now.state, view)
             else:
                 obs = res.final_obs  # type: ignore[union-attr]
-                state = res.final_state if res.final_state is not None else res.state  # type: ignore[union-attr]
-                if state is not None and res.state is not None and res.final_state is not None:  # type: ignore[union-attr]
-                    state = np.where(res.episode_end[:, None], res.final_state, res.state)  # type: ignore[union-attr]
+                # The state before any reset: the final one where a copy ended (final_state is set only then).
+                state = (res.state if res.final_state is None  # type: ignore[union-attr]
+                         else np.where(res.episode_end[:, None], res.final_state, res.state))  # type: ignore[union-attr]
                 x, critic = self._inputs(p, obs, state, view, lambda i: res.final_raw.get(i) or self.venv.raw_obs(i))  # type: ignore[union-attr]
             buf.boot_rows.append(np.stack([rows[boot], n_idx[boot], l_idx[boot]], axis=1))
             buf.boot_obs.append(self.obs_norms[p.name](x[view]))
@@ -579,8 +582,7 @@ class Sampler:
 
     def decided_count(self, name: str) -> int:
         """Transitions decided in this rollout so far (the carried-over row excluded)."""
-        buf = self.buffers[name]
-        return int(buf.decided[1:self.t].sum())
+        return self.buffers[name].decided_n
 
     def collect(self, quota: dict[str, int], refresh: Callable[[], None] | None = None,
                 refresh_every: int = 0) -> tuple[dict[str, Harvest], list[tuple[float, int, int]], int]:

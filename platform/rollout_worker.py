@@ -70,9 +70,8 @@ class RolloutWorker:
             self.versions[s.name] = -1
         tracks = {name: Track(cfg.layer(name).ppo.gamma, cfg.layer(name).ppo.gae_lambda,
                               cfg.layer(name).reward.discount == "smdp", self.scalers[name]) for name in self.layers}
-        self.bonuses = {s.name: make_bonus(s.cfg.exploration, s.obs_dim, s.name) for s in self.specs
-                        if s.name in self.layers}
-        self.bonuses = {k: b for k, b in self.bonuses.items() if b is not None}
+        made = {s.name: make_bonus(s.cfg.exploration, s.obs_dim, s.name) for s in self.specs if s.name in self.layers}
+        self.bonuses = {name: b for name, b in made.items() if b is not None}
         self._tracks = tracks
         self._start_sampler(venv, first)
         for p in self.policies.values():
