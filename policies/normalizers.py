@@ -188,53 +188,52 @@ class ObservationNormalizer:
 
 class RewardScaler:
     """Scales rewards by the std of the discounted return, as in Engstrom et al. 2020
-    ("Implementation Matters", arXiv:2005.12729) and Gymnasium's NormalizeReward.
+    ("Implementation Matters", arXiv:2005.12729), and starting as Gymnasium's ``NormalizeReward``:
+    statistics begin at its prior (mean 0, variance 1, weight 1e-4), are updated with each env
+    step's returns before that step's rewards are divided by ``sqrt(var + 1e-8)``, and the result
+    is clipped to ``clip`` (CleanRL's ``TransformReward`` after it). One difference, at episode
+    ends only: the running return restarts after the step that ends an episode (terminated or
+    truncated, as Baselines' ``VecNormalize`` does), where ``NormalizeReward`` zeroes it on that
+    step and only on termination.
 
     One per worker (and layer). ``returns[slot]`` is the running discounted return of one env
-    copy, or of one agent lane of a hierarchy layer; slots are allocated as they appear. The
-    returns' statistics are kept like :class:`ObservationNormalizer`'s: added cheaply every step,
-    folded in when :func:`stale`.
+    copy, or of one agent lane of a hierarchy layer (lanes flattened).
     """
+
+    PRIOR_COUNT = 1e-4  # Gymnasium's RunningMeanStd(epsilon=1e-4)
+    EPS = 1e-8          # NormalizeReward's epsilon, inside the square root
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, enabled: bool = True):
         self.enabled = enabled
         self.gamma = gamma
         self.clip = clip
         self.returns = np.zeros(num_envs, dtype=np.float64)
-        self._stats = RunningStats(())
-        self.delta = RunningStats(())  # for scope "global": the part not yet handed over
-        self._pending = MomentSums(())
-        self._std: float | None = None
-        self._unused = 0  # returns seen since the std was last computed
+        self._stats = RunningStats((), count=self.PRIOR_COUNT)
+        self.delta = RunningStats(())  # for scope "global": the returns not yet handed over
 
     @property
     def stats(self) -> RunningStats:
-        """Statistics of every return seen (folded first)."""
-        self._fold()
+        """Statistics of every return seen, over the prior."""
         return self._stats
 
     @stats.setter
     def stats(self, value: RunningStats) -> None:
-        self._fold()  # what is pending still goes into the delta; the statistics are replaced
-        self._stats, self._std = value, None
-
-    def _fold(self) -> None:
-        if self._pending.count:
-            new = self._pending.take()
-            self._stats.merge(new)
-            self.delta.merge(new)
+        self._stats = value
 
     def __call__(self, rewards: np.ndarray, episode_end: np.ndarray) -> np.ndarray:
-        return self.scale(None, rewards, episode_end)
+        """One env step of every slot (a rollout of one row)."""
+        r = np.asarray(rewards, np.float64)[None]
+        return self.scale_rows(r, self.gamma, np.ones_like(r, bool), np.asarray(episode_end, bool)[None])[0]
 
     def scale_rows(self, rewards: np.ndarray, gamma: np.ndarray | float, closed: np.ndarray,
                    episode_end: np.ndarray) -> np.ndarray:
-        """Scale a whole rollout at once. Every array is ``[T, *lanes]``; row order is time order,
-        ``closed`` marks the transitions (entries elsewhere are ignored), ``gamma`` is each
-        transition's discount (gamma**steps for an upper layer). Lane k's running return is slot
-        k (lanes flattened). The returns of the rollout are added to the statistics first, then
-        every reward is divided by the std, so a worker's first rollout is scaled by its own
-        returns rather than by an empty statistic. Returns float32 ``[T, *lanes]``, 0 where not closed."""
+        """Scale a whole rollout at once, with the result of scaling it step by step. Every array
+        is ``[T, *lanes]``; row order is time order, ``closed`` marks the transitions (entries
+        elsewhere are ignored), ``gamma`` is each transition's discount (gamma**steps for an
+        upper layer). Row t's rewards are divided by the std of every return up to and including
+        row t's: the running statistics of ``NormalizeReward``, computed as cumulative shifted
+        sums (exactly the sequence of Chan merges, without a Python merge per row). Returns
+        float32 ``[T, *lanes]``, 0 where not closed."""
         closed = np.asarray(closed, bool)
         if not self.enabled:
             return np.where(closed, rewards, 0.0).astype(np.float32)
@@ -247,7 +246,7 @@ class RewardScaler:
         if width > len(self.returns):
             self.returns = np.concatenate([self.returns, np.zeros(width - len(self.returns))])
         rows = np.flatnonzero(C.any(axis=1))
-        rets = np.empty((len(rows), width))
+        rets = np.zeros((len(rows), width))
         ret = self.returns[:width].copy()
         if C[rows].all():  # every lane closes on the same rows: two multiply-adds a row
             for k, t in enumerate(rows):
@@ -258,44 +257,25 @@ class RewardScaler:
             for k, t in enumerate(rows):
                 c = C[t]
                 new = ret * G[t] + R[t]
-                rets[k] = new
+                rets[k] = np.where(c, new, 0.0)
                 ret = np.where(c, np.where(keep[t], new, 0.0), ret)
         self.returns[:width] = ret
-        seen = rets[C[rows]]
-        if len(seen):
-            self._pending.add(seen)
-            self._unused += len(seen)
-        if self._std is None or stale(self._unused, self._stats.count):
-            self._std, self._unused = float(self.stats.std()), 0
-        scaled = np.clip(R / self._std, -self.clip, self.clip)
+        std = np.ones(T)
+        if len(rows):
+            st, Cr = self._stats, C[rows]
+            n0, m0, v0 = float(st.count), float(st.mean), float(st.var)
+            y = np.where(Cr, rets - m0, 0.0)   # shifted by the old mean: no cancellation in float64
+            n = n0 + np.cumsum(Cr.sum(axis=1))
+            shift = np.cumsum(y.sum(axis=1)) / n
+            var = np.maximum((n0 * v0 + np.cumsum((y * y).sum(axis=1))) / n - shift * shift, 0.0)
+            std[rows] = np.sqrt(var + self.EPS)
+            self._stats = RunningStats((), np.float64(m0 + shift[-1]), np.float64(var[-1]), float(n[-1]))
+            seen = rets[Cr]
+            self.delta.merge_moments(*batch_moments(seen))
+        scaled = np.clip(R / std[:, None], -self.clip, self.clip)
         return np.where(C, scaled, 0.0).astype(np.float32).reshape(rewards.shape)
 
-    def scale(self, slots: np.ndarray | None, rewards: np.ndarray, episode_end: np.ndarray,
-              gamma: np.ndarray | float | None = None) -> np.ndarray:
-        """Scale ``rewards`` of ``slots`` (None: slot i for reward i); ``gamma`` per reward (an
-        upper layer's gamma**steps)."""
-        if not self.enabled:
-            return np.asarray(rewards, dtype=np.float32)
-        g = self.gamma if gamma is None else gamma
-        need = len(rewards) if slots is None else (int(slots.max()) + 1 if len(slots) else 0)
-        if need > len(self.returns):
-            self.returns = np.concatenate([self.returns, np.zeros(need - len(self.returns))])
-        idx = slice(0, len(rewards)) if slots is None else slots  # a slice: no fancy indexing
-        ret = self.returns[idx] * g + rewards
-        self._pending.add(ret)
-        self._unused += len(ret)
-        if isinstance(episode_end, (bool, np.bool_)):  # one flag for all (the sampler closes lanes together)
-            self.returns[idx] = 0.0 if episode_end else ret
-        else:
-            self.returns[idx] = np.where(np.asarray(episode_end, bool), 0.0, ret)
-        if self._std is None or stale(self._unused, self._stats.count):
-            self._std, self._unused = float(self.stats.std()), 0
-        scaled = np.asarray(rewards, np.float32) / np.float32(self._std)
-        # minimum/maximum rather than np.clip: the same result at a fraction of its call overhead
-        return np.minimum(np.maximum(scaled, -self.clip, out=scaled), self.clip, out=scaled)
-
     def take_delta(self) -> RunningStats:
-        self._fold()
         out, self.delta = self.delta, RunningStats(())
         return out
 

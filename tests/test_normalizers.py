@@ -1,3 +1,4 @@
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -101,9 +102,9 @@ def test_normalizer_refreshes_when_pending_samples_could_move_it():
 
 def test_scale_rows_matches_the_running_return_of_each_lane():
     """A rollout scaled at once: each lane's running return follows its own closed rows (with
-    per-row gamma and resets at episode ends), the statistics see exactly those returns, and the
-    first rollout is scaled by its own returns (not clipped against an empty statistic)."""
-    from hdppo.policies.normalizers import RewardScaler
+    per-row gamma and resets at episode ends), and row t is divided by the std of every return up
+    to row t, over Gymnasium's prior (RunningMeanStd updated row by row)."""
+    from gymnasium.wrappers.utils import RunningMeanStd
 
     rng = np.random.default_rng(1)
     T, L = 12, 3
@@ -113,16 +114,59 @@ def test_scale_rows_matches_the_running_return_of_each_lane():
     end = closed & (rng.random((T, L)) < 0.2)
     sc = RewardScaler(0, 0.9)
     out = sc.scale_rows(r, g, closed, end)
-    rets = []
-    for lane in range(L):
-        ret = 0.0
-        for t in range(T):
-            if closed[t, lane]:
-                ret = ret * 0.9 + r[t, lane]
-                rets.append(ret)
-                if end[t, lane]:
-                    ret = 0.0
-        assert sc.returns[lane] == pytest.approx(ret)
-    std = float(np.std(rets))
-    np.testing.assert_allclose(out[closed], np.clip(r[closed] / std, -10, 10), rtol=1e-5)
-    assert (out[~closed] == 0).all() and np.abs(out).max() < 10
+    rms, ret, expected = RunningMeanStd(), np.zeros(L), np.zeros((T, L))
+    for t in range(T):
+        c = closed[t]
+        if not c.any():
+            continue
+        new = ret * 0.9 + r[t]
+        rms.update(new[c])
+        expected[t] = np.where(c, np.clip(r[t] / np.sqrt(rms.var + 1e-8), -10, 10), 0.0)
+        ret = np.where(c, np.where(end[t], 0.0, new), ret)
+    np.testing.assert_allclose(sc.returns[:L], ret)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert sc.stats.count == pytest.approx(1e-4 + closed.sum())
+    assert sc.stats.var == pytest.approx(rms.var) and sc.stats.mean == pytest.approx(rms.mean)
+    assert sc.take_delta().count == closed.sum()  # the prior is not handed to the pool
+
+
+class _RewardFeed(gym.Env):
+    """Emits a fixed reward sequence and never ends (within the test)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, rewards):
+        self.rewards, self.t = rewards, 0
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), float(self.rewards[self.t - 1]), False, False, {}
+
+
+@pytest.mark.parametrize("per_step", [False, True])
+def test_reward_scaling_starts_as_gymnasiums_normalize_reward(per_step):
+    """The same reward sequence through Gymnasium's vector NormalizeReward and through the
+    scaler (a whole rollout at once, or step by step) gives the same scaled rewards from the
+    first step on (CleanRL's clip to +-10 applied to Gymnasium's)."""
+    from gymnasium.vector import SyncVectorEnv
+    from gymnasium.wrappers.vector import NormalizeReward
+
+    rng = np.random.default_rng(3)
+    T, N, gamma = 300, 4, 0.99
+    rewards = rng.normal(1.0, 2.0, (T, N))
+    venv = NormalizeReward(SyncVectorEnv([lambda k=k: _RewardFeed(rewards[:, k]) for k in range(N)]), gamma=gamma)
+    venv.reset(seed=0)
+    gym_out = np.stack([venv.step(np.zeros(N, np.int64))[1] for _ in range(T)])
+    sc = RewardScaler(N, gamma)
+    if per_step:
+        ours = np.stack([sc(rewards[t], np.zeros(N, bool)) for t in range(T)])
+    else:
+        ours = sc.scale_rows(rewards, gamma, np.ones((T, N), bool), np.zeros((T, N), bool))
+    np.testing.assert_allclose(ours, np.clip(gym_out, -10, 10), rtol=1e-4, atol=1e-5)
+    # Only the very first step (one return per copy against the 1e-4 prior) is clipped.
+    assert np.abs(ours[1:]).max() < 10
