@@ -209,7 +209,7 @@ class Learner:
                           self.env_steps, self.obs_stats.to_state(), self.reward_stats.to_state())
         self._pending = (list(stats), self.coefficients(), time.perf_counter())
         self._dppo_logs: list[dict[str, float]] = []
-        self._grad_bytes = 0
+        self._grad_bytes = self._grad_messages = 0
         self._absorb(list(stats))
         d = self.layer.dppo
         counts = [s.num_samples for s in stats]
@@ -228,6 +228,7 @@ class Learner:
         shapes = [tuple(p.shape) for p in self.params]
         dense = [decompress(r.grads, shapes) if isinstance(r.grads, bytes) else r.grads for r in results]
         self._grad_bytes += sum(self._message_bytes(r.grads) for r in results)
+        self._grad_messages += len(results)
         weights = self._agg_weights if self._agg_weights is not None and len(self._agg_weights) == len(results) \
             else [r.num_samples for r in results]
         grads = average_gradients(dense, weights)
@@ -258,6 +259,9 @@ class Learner:
         logs, self._dppo_logs = self._dppo_logs, []
         result = self._finish(stats, logs, coefs, time.perf_counter() - t0)
         result.metrics[M.PERF_GRAD_BYTES] = float(self._grad_bytes)
+        # The same messages as raw float32 payload (4 bytes a parameter, no framing): the baseline
+        # a compression ratio is stated against.
+        result.metrics[M.PERF_GRAD_FP32_BYTES] = float(self._grad_messages * 4 * sum(p.numel() for p in self.params))
         return result
 
     def abort_dppo(self) -> int:
@@ -268,7 +272,7 @@ class Learner:
         self.optimizer.load_state_dict(optimizer)
         self.obs_stats = RunningStats.from_state(obs_stats)
         self.reward_stats = RunningStats.from_state(reward_stats)
-        self._dppo_logs, self._grad_bytes = [], 0
+        self._dppo_logs, self._grad_bytes, self._grad_messages = [], 0, 0
         return self.version
 
     # -- bookkeeping ---------------------------------------------------------------------------

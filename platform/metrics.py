@@ -36,6 +36,7 @@ PERF_UPDATE_S = "perf/update_s"
 PERF_SGD_STEPS = "perf/sgd_steps"
 PERF_SAMPLES = "perf/samples"
 PERF_GRAD_BYTES = "perf/grad_bytes_per_update"
+PERF_GRAD_FP32_BYTES = "perf/grad_fp32_bytes_per_update"  # the same gradients as raw float32
 PERF_WORKERS_REPLACED = "perf/workers_replaced"
 PERF_DROPPED_STALE = "perf/dropped_stale_samples"
 PERF_MAX_STALENESS = "perf/max_staleness"
