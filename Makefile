@@ -1,7 +1,8 @@
 # Two commands for a new user: `make train` and `make test`. Both create .venv on first use.
 # torch==2.13.0 (a CPU build) is installed before the project: an unpinned torch would pull a
 # CUDA build of several GB. The bench extra (MAgent2, MPE, Stable-Baselines3) lets the tests
-# cover those envs and the benchmarks run.
+# cover those envs and the benchmarks run; the export extra (onnx, onnxscript, onnxruntime) lets
+# tests/test_export.py run the exported ONNX files.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,bench,export]'
 	@touch $(STAMP)
 
 train: $(STAMP)

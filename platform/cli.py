@@ -1,4 +1,4 @@
-"""The ``hdppo`` command: train, eval, check-env, ablate, sweep, scale, schema.
+"""The ``hdppo`` command: train, eval, export, check-env, ablate, sweep, scale, schema.
 
 argparse (standard library) rather than click or typer: a handful of subcommands need no dependency,
 and its ``--help`` is what users of RL tools already know.
@@ -57,6 +57,28 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from .errors import CheckpointError
+    from .export import FORMATS, check_format, check_layer, export_layer
+
+    run_dir = Path(args.run_dir)
+    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
+    layer = check_layer(cfg, args.layer)
+    check_format(args.format)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet, so there is no trained policy to "
+                              "export; train longer (a checkpoint is written every train.checkpoint_every updates "
+                              "and at the end) or pick another run.")
+    out = Path(args.out) if args.out else run_dir / "export" / f"{layer}{FORMATS[args.format]}"
+    model, meta = export_layer(cfg, learner_states(load_checkpoint(ckpt))[layer], layer, args.format, out,
+                               {"run_dir": str(run_dir), "checkpoint": ckpt.name})
+    print(f"[hdppo] {layer} ({ckpt.name}) exported as {args.format}: {model}")
+    print(f"[hdppo] input layout, normalization and action space: {meta}")
     return 0
 
 
@@ -143,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(fn=_cmd_eval)
+
+    x = sub.add_parser("export", help="write a layer's deterministic policy as ONNX or TorchScript, with a JSON of its inputs")
+    x.add_argument("run_dir")
+    x.add_argument("--layer", help="the layer to export (default: the only one)")
+    x.add_argument("--format", choices=["onnx", "torchscript"], default="onnx",
+                   help="onnx (needs pip install 'hdppo[export]') or torchscript (default onnx)")
+    x.add_argument("--out", help="model file (default RUN_DIR/export/<layer>.onnx or .pt; the JSON goes beside it)")
+    x.set_defaults(fn=_cmd_export)
 
     c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")
     c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..envs.errors import ConfigError, EnvError, HdppoError
 
-__all__ = ["HdppoError", "ConfigError", "EnvError", "RayStartError", "CheckpointError"]
+__all__ = ["HdppoError", "ConfigError", "EnvError", "RayStartError", "CheckpointError", "ExportError"]
 
 
 class RayStartError(HdppoError):
@@ -16,3 +16,7 @@ class RayStartError(HdppoError):
 
 class CheckpointError(HdppoError):
     """A run dir or checkpoint that cannot be used as asked."""
+
+
+class ExportError(HdppoError):
+    """A layer or format that ``hdppo export`` cannot write as asked."""
