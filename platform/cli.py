@@ -1,4 +1,4 @@
-"""The ``hdppo`` command: train, eval, export, check-env, ablate, sweep, scale, schema.
+"""The ``hdppo`` command: train, eval, export, check-env, ablate, sweep, scale, schema, presets.
 
 argparse (standard library) rather than click or typer: a handful of subcommands need no dependency,
 and its ``--help`` is what users of RL tools already know.
@@ -146,12 +146,28 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from .errors import ConfigError
+    from .presets import preset_descriptions, preset_paths
+
+    described = preset_descriptions()
+    if not described:
+        raise ConfigError("no presets are installed with this hdppo. Install it from the repository "
+                          "(pip install . there) to get them, or pass a YAML file to hdppo train.")
+    width = max(map(len, described))
+    for name, text in described.items():
+        print(f"{name:<{width}}  {text}")
+    print(f"[hdppo] train one with `hdppo train NAME`; to edit one, copy its file from "
+          f"{next(iter(preset_paths().values())).parent}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hdppo", description="Hierarchical multi-agent distributed PPO on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train from a YAML config")
-    t.add_argument("config", help="YAML config, e.g. configs/default.yaml")
+    t.add_argument("config", help="YAML config file, or a preset by name (hdppo presets), e.g. default")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set layers.0.ppo.lr=1e-4 (repeatable)")
     t.add_argument("--run-dir", help="run folder (default runs/<name>)")
@@ -209,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("schema", help="print the JSON Schema of the config (for editors)")
     s.set_defaults(fn=_cmd_schema)
+
+    pr = sub.add_parser("presets", help="list the preset configs installed with hdppo, one line each")
+    pr.set_defaults(fn=_cmd_presets)
     return p
 
 

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .presets import resolve_config_path
 from .sync_modes import sync_mode_class
 
 
@@ -425,6 +426,7 @@ class Config(_Strict):
     """A training run: one env, a hierarchy of layers (top first), and how to train them."""
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.\-]+$", description="Run name; the run dir is runs/<name>.")
+    description: str = Field("", description="One line on what this config trains (`hdppo presets` prints it).")
     env: EnvConfig
     layers: list[LayerConfig] = Field(default_factory=lambda: [LayerConfig()], description="Layers, top first.")
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -648,10 +650,9 @@ def validate(data: Any, source: str = "config") -> Config:
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Read, override and validate a YAML config. Raises :class:`ConfigError` naming the problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist. Pass a YAML file such as configs/default.yaml.")
+    """Read, override and validate a YAML config: a file, or a preset by name (``default``).
+    Raises :class:`ConfigError` naming the problem."""
+    path = resolve_config_path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
