@@ -38,6 +38,12 @@ class MultiAgentAdapter:
         """The agents that act this step (all live ones, except in turn-based envs)."""
         return self.agents
 
+    def render(self) -> Any:
+        """The wrapped env's ``render()`` (an ``[H, W, 3]`` uint8 frame when it was made with
+        ``render_mode='rgb_array'``); None when it has no ``render``."""
+        render = getattr(getattr(self, "env", None), "render", None)
+        return render() if callable(render) else None
+
 
 class GymnasiumAdapter(MultiAgentAdapter):
     def __init__(self, env: gym.Env, name: str):

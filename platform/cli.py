@@ -46,17 +46,36 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
 
     run_dir = Path(args.run_dir)
+    if args.video:
+        from .video import check_output
+
+        check_output(args.video)  # a format that cannot be written fails before anything is loaded
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
-    returns = evaluate(cfg, learner_states(load_checkpoint(ckpt)), args.episodes, seed=args.seed)
+    states = learner_states(load_checkpoint(ckpt))
+    video = None
+    if args.video:
+        from .video import record_video
+
+        # One env copy, so its returns may differ a little from the several copies of a plain eval.
+        rec = record_video(cfg, states, args.video, args.episodes, seed=args.seed, fps=args.fps)
+        returns = rec.returns
+        video = {"video": str(args.video), "frames": rec.frames, "size": list(rec.size or ()), "fps": rec.fps,
+                 "lengths": rec.lengths}
+    else:
+        returns = evaluate(cfg, states, args.episodes, seed=args.seed)
     result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns),
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns}
+    result |= video or {}
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+        if video:
+            w, h = video["size"]
+            print(f"[hdppo] video: {args.video} ({video['frames']} frames, {w}x{h}, {video['fps']:g} fps)")
     return 0
 
 
@@ -180,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=10)
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--video", metavar="PATH", help="record the episodes (one env copy, headless) into PATH, .mp4 or "
+                   ".gif; a hierarchy's frames show the upper layers' commands")
+    e.add_argument("--fps", type=float, help="frames a second of the video (default the env's render_fps, else 30)")
     e.set_defaults(fn=_cmd_eval)
 
     x = sub.add_parser("export", help="write a layer's deterministic policy as ONNX or TorchScript, with a JSON of its inputs")

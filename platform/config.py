@@ -370,6 +370,10 @@ class TrainConfig(_Strict):
     checkpoint_every: int = Field(10, ge=1, description="Write a checkpoint every N updates (and at the end).")
     eval_episodes: int = Field(10, ge=0, description="Deterministic episodes for the final evaluation; 0 skips it.")
     log_every_s: float = Field(10.0, gt=0.0, description="Seconds between plain progress lines without a TTY.")
+    video_every: int = Field(0, ge=0, description="Every N updates, record one deterministic episode with the "
+                             "current weights into the top layer's TensorBoard run (tag videos/episode, Images tab; "
+                             "the env must render rgb_array); 0 turns it off.")
+    video_max_steps: int = Field(200, ge=1, description="Env steps at most in each train.video_every clip.")
 
 
 class DiagnosticsConfig(_Strict):

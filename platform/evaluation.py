@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..envs.vector import VecObs, VectorMultiAgentEnv
 from ..hierarchies.engine import Sampler, run_episodes
-from ..hierarchies.spec import probe_env
+from ..hierarchies.spec import LayerSpec, probe_env
 from .config import Config
 from ..policies.networks import ActorCritic
 from ..policies.normalizers import ObservationNormalizer, RunningStats
@@ -17,18 +18,29 @@ def _normalizer(cfg: Config, layer: str, obs_dim: int, state: dict[str, Any]) ->
     return norm
 
 
-def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None) -> list[float]:
-    """Env returns (summed over agents) of ``episodes`` complete episodes with deterministic actions,
-    through the same sampler as training. ``states`` maps each layer to its learner state (as in a checkpoint)."""
-    seed = cfg.train.seed + 999_983 if seed is None else seed
-    venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
+# The default evaluation seed: away from the training seeds (train.seed + worker offsets).
+EVAL_SEED_OFFSET = 999_983
+
+
+def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMultiAgentEnv, first: VecObs,
+                 specs: list[LayerSpec]) -> Sampler:
+    """A deterministic sampler over ``venv`` (just reset to ``first``) with every layer's weights and
+    frozen observation statistics from ``states`` (layer -> learner state, as in a checkpoint)."""
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
         policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim)
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
-    sampler = Sampler(specs, venv, policies, norms, deterministic=True, first=first)
+    return Sampler(specs, venv, policies, norms, deterministic=True, first=first)
+
+
+def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None) -> list[float]:
+    """Env returns (summed over agents) of ``episodes`` complete episodes with deterministic actions,
+    through the same sampler as training. ``states`` maps each layer to its learner state (as in a checkpoint)."""
+    seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
+    venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
+    sampler = eval_sampler(cfg, states, venv, first, specs)
     try:
         return run_episodes(sampler, episodes)
     finally:

@@ -48,9 +48,10 @@ DIAG_OBS_DIVERGENCE = "diag/obs_divergence"        # + "/max" and "/<worker>": s
 DIAG_ACTION_DIVERGENCE = "diag/action_divergence"  # + "/max" and "/<worker>"
 DIAG_GRAD_COSINE = "diag/grad_cosine"              # mean pairwise cosine of the workers' gradients
 IMG_STATE_COVERAGE = "diag/state_coverage"         # image: 2-D PCA of sampled states, coloured by worker
+VIDEO_EPISODE = "videos/episode"                   # animated GIF (train.video_every), top layer's run
 # Tags logged with a suffix: "/<i>" (a command, a worker) or "/max" (the worst worker).
 SUFFIXED_TAGS = (HIST_COMMANDS, PERF_WORKER_SAMPLES, DIAG_OBS_DIVERGENCE, DIAG_ACTION_DIVERGENCE)
-NOT_SCALARS = (HIST_COMMANDS, IMG_STATE_COVERAGE)
+NOT_SCALARS = (HIST_COMMANDS, IMG_STATE_COVERAGE, VIDEO_EPISODE)
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,
                  LOSS_APPROX_KL, LOSS_CLIPFRAC, LOSS_EXPLAINED_VARIANCE, PERF_ENV_STEPS_PER_S,
@@ -91,6 +92,18 @@ class MetricsWriter:
         from .diagnostics import coverage_image
 
         self._tb[layer].add_image(IMG_STATE_COVERAGE, coverage_image(points, workers, f"{layer}, step {step:,}"), step)
+
+    def video(self, layer: str, step: int, frames: Any, fps: float) -> None:
+        """A clip ``[T, H, W, 3]`` uint8 as the event ``SummaryWriter.add_video`` writes: an image
+        summary holding an animated GIF (TensorBoard shows it in its Images tab). add_video itself
+        encodes with ``moviepy.editor``, which moviepy 2 no longer has; Pillow encodes the same GIF."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        from .video import gif_bytes
+
+        _, h, w, c = frames.shape
+        image = Summary.Image(height=h, width=w, colorspace=c, encoded_image_string=gif_bytes(frames, fps))
+        self._tb[layer]._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=VIDEO_EPISODE, image=image)]), step)
 
     def hyperparameters(self, layer: str, flat: dict[str, Any]) -> None:
         """Hyperparameters at start, as a Markdown table in the layer's TEXT tab."""

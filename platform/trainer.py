@@ -97,6 +97,10 @@ class Trainer:
         self._created = prepare_run_dir(self.run_dir, self.resume)
         self._seed()
         dims = self._probe()
+        if self.cfg.train.video_every:
+            from .video import check_renders
+
+            check_renders(self.cfg, self.cfg.train.seed)  # before any actor starts, not at update N
         if self.backend.name == "ray":
             total_cpus = init_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
             if self.cpus is not None:
@@ -163,6 +167,17 @@ class Trainer:
         path = save_checkpoint(self.run_dir, update, self.state())
         self._checkpointed = True
         return path
+
+    def video(self, step: int) -> None:
+        """``train.video_every``: one deterministic episode with the current weights, as a clip in
+        the top layer's TensorBoard run (hdppo.platform.video), at its group's env steps as its
+        scalars are (``step``, all groups' steps, for a frozen top layer)."""
+        from .video import tensorboard_clip
+
+        top = self.cfg.layers[0].name
+        step = next((int(g.env_steps) for g in self.groups if top in g.layers), step)
+        frames, fps = tensorboard_clip(self.cfg, learner_states(self.state()), self.cfg.train.video_max_steps)
+        self.metrics.video(top, step, frames, fps)
 
     # -- schedule ------------------------------------------------------------------------------
     def _started(self, group: DPPOGroup) -> bool:
@@ -244,6 +259,8 @@ class Trainer:
                 if updates % self.cfg.train.checkpoint_every == 0:
                     self.checkpoint(updates)
                     saved_at = updates
+                if self.cfg.train.video_every and updates % self.cfg.train.video_every == 0:
+                    self.video(steps)
                 if not self.quiet:
                     progress.update(steps, last_return)
             if saved_at != updates or latest_checkpoint(self.run_dir) is None:

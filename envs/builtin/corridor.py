@@ -13,7 +13,8 @@ it; a flat policy on the agents' observations reaches the goal half the time at 
 | state() | Box(0, 1, (2 + n * length,)): one-hot goal side, then each agent's position one-hot |
 | reward (each) | +1 on reaching the goal (the agent is then done), -0.01 per step otherwise |
 | episode | ends when every agent is done, truncated after ``max_steps`` |
-| arguments | ``num_agents=1``, ``length=9``, ``max_steps=24`` |
+| arguments | ``num_agents=1``, ``length=9``, ``max_steps=24``, ``render_mode=None`` (or ``"rgb_array"``) |
+| render | ``rgb_array``: one row of ``CELL``-pixel cells per walker, the goal cell green, a walker a blue square (grey once done) |
 
 ``follow_command`` (registered as ``corridor_follow``) is the intrinsic reward for the control
 layer: 1 for a step in the commanded direction (command 0 = left, 1 = right), else 0.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 
+import gymnasium
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
@@ -32,11 +34,15 @@ LEFT, STAY, RIGHT = 0, 1, 2
 
 
 class CorridorEnv(ParallelEnv):
-    metadata = {"name": "corridor_v0", "render_modes": []}
+    metadata = {"name": "corridor_v0", "render_modes": ["rgb_array"], "render_fps": 4}
+    CELL = 32  # pixels per cell side: even, so that a frame needs no padding for H.264
 
-    def __init__(self, num_agents: int = 1, length: int = 9, max_steps: int = 24):
+    def __init__(self, num_agents: int = 1, length: int = 9, max_steps: int = 24, render_mode: str | None = None):
         if length < 3 or num_agents < 1:
             raise ValueError("corridor needs length >= 3 and num_agents >= 1")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"corridor renders only render_mode='rgb_array', not {render_mode!r}")
+        self.render_mode = render_mode
         self.length, self.max_steps = length, max_steps
         self.possible_agents = [f"walker_{i}" for i in range(num_agents)]
         self.agents: list[str] = []
@@ -93,6 +99,24 @@ class CorridorEnv(ParallelEnv):
             obs[a] = self._obs(a)
         self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
         return obs, rew, term, trunc, info
+
+    def render(self) -> np.ndarray | None:
+        """``[num_agents * CELL, length * CELL, 3]`` uint8: a row per walker (None without render_mode)."""
+        if self.render_mode is None:
+            gymnasium.logger.warn("corridor: render() without render_mode; make it with render_mode='rgb_array'.")
+            return None
+        c, n = self.CELL, len(self.possible_agents)
+        img = np.full((n * c, self.length * c, 3), 240, np.uint8)
+        if hasattr(self, "goal"):
+            img[:, self.goal * c:(self.goal + 1) * c] = (150, 220, 150)
+        img[::c], img[:, ::c] = 170, 170  # cell borders
+        inset = c // 5
+        for i, a in enumerate(self.possible_agents):
+            if a in getattr(self, "pos", {}):
+                x = self.pos[a] * c
+                colour = (40, 90, 200) if a in self.agents else (130, 130, 130)
+                img[i * c + inset:(i + 1) * c - inset, x + inset:x + c - inset] = colour
+        return img
 
 
 def parallel_env(**kwargs) -> CorridorEnv:
