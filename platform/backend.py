@@ -32,7 +32,8 @@ class LocalBackend:
 
     name = "local"
 
-    def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None) -> Any:
+    def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None,
+             num_gpus: float | None = None) -> Any:
         return cls(*args)
 
     def call(self, handle: Any, method: str, *args: Any) -> Any:
@@ -71,12 +72,16 @@ class LocalBackend:
 
 
 class RayBackend:
-    """Each object is a Ray actor declaring ``num_cpus``; calls return object references."""
+    """Each object is a Ray actor declaring ``num_cpus`` (and ``num_gpus``, a CUDA learner);
+    calls return object references."""
 
     name = "ray"
 
-    def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None) -> Any:
+    def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None,
+             num_gpus: float | None = None) -> Any:
         opts: dict[str, Any] = {"num_cpus": num_cpus if num_cpus is not None else 1}
+        if num_gpus:
+            opts["num_gpus"] = num_gpus
         if name:
             opts["name"] = name
         return ray.remote(cls).options(**opts).remote(*args)

@@ -182,6 +182,17 @@ GROUP_DPPO_FIELDS = ("mode", "sync", "pipeline", "num_workers", "num_envs_per_wo
                      "refresh_every", "chunks_per_worker", "elastic")
 
 
+class LearnerConfig(_Strict):
+    """Where the layer's learner runs (see hdppo.platform.devices). Rollout workers always act on CPU."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "cpu", description="'cpu'; 'cuda': the learner's weights, optimizer and minibatches on a GPU (an error if "
+        "none is visible: Ray's cluster resources on Ray, torch.cuda in-process with ray.backend local); 'auto': "
+        "CUDA when there is a GPU, else CPU. Workers and checkpoints always get CPU weights.")
+    num_gpus: float = Field(1.0, gt=0.0, le=1.0, description="On Ray, the share of one GPU a CUDA learner "
+                            "asks for (0.5: two learners share a GPU).")
+
+
 class NormalizationConfig(_Strict):
     observation: bool = Field(True, description="Running mean/std observation normalization.")
     reward: bool = Field(True, description="Scale rewards by the std of the discounted return.")
@@ -344,6 +355,7 @@ class LayerConfig(_Strict):
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     dppo: DPPOConfig = Field(default_factory=DPPOConfig)
     normalization: NormalizationConfig = Field(default_factory=NormalizationConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
 
     @model_validator(mode="after")
     def _sizes(self) -> "LayerConfig":
@@ -418,6 +430,10 @@ class GroupSpec(_Strict):
     dppo: dict[str, Any] = Field(
         default_factory=dict, description="The group-level dppo settings, stated once for all its layers: "
         f"{', '.join(GROUP_DPPO_FIELDS)}. Per-layer ones (train_batch_size, max_lag, ...) stay in layers[].dppo.")
+
+    learner: Optional[LearnerConfig] = Field(
+        None, description="Where the group's learners run (one per layer), stated once for all its layers; "
+        "omitted: each layer's own layers[].learner.")
 
     @field_validator("dppo")
     @classmethod
@@ -540,6 +556,26 @@ class Config(_Strict):
                         f"{show(vb)}); one group has one pool of workers, so this setting is per group. State it "
                         f"once, as groups: [{{layers: [{', '.join(members)}], dppo: {{{key}: ...}}}}], or give "
                         "both layers the same value")
+
+    @model_validator(mode="after")
+    def _learner_once(self) -> "Config":
+        """A group's ``learner`` section and one of its layers' own may not both be stated, differently."""
+        for g, group in enumerate(self.groups or []):
+            if not isinstance(group, GroupSpec) or group.learner is None:
+                continue
+            for i, layer in enumerate(self.layers):
+                if layer.name in group.layers and "learner" in layer.model_fields_set and layer.learner != group.learner:
+                    raise ValueError(f"layers[{i}] ({layer.name}).learner ({json.dumps(layer.learner.model_dump())}) "
+                                     f"disagrees with groups[{g}].learner ({json.dumps(group.learner.model_dump())}); "
+                                     "state it once, in the group, or drop the group's")
+        return self
+
+    def learner_of(self, layer: str) -> LearnerConfig:
+        """The ``learner`` settings of ``layer``: its group's section if that states one, else its own."""
+        for group in self.groups or []:
+            if isinstance(group, GroupSpec) and group.learner is not None and layer in group.layers:
+                return group.learner
+        return self.layer(layer).learner
 
     def group_dppo(self, layers: list[str]) -> DPPOConfig:
         """The dppo settings of the group of ``layers``. Its group-level fields (GROUP_DPPO_FIELDS)

@@ -20,7 +20,8 @@ from typing import Any
 
 
 from . import metrics as M
-from .config import Config
+from .config import Config, GroupSpec
+from .devices import resolve_device
 from .errors import HdppoError, RayStartError
 from .learner import Learner
 from .messages import UpdateResult
@@ -43,6 +44,20 @@ def group_cpus(total_cpus: float, num_workers: int, worker_cpus: float | None, n
     return share, share
 
 
+def _device_field(cfg: Config, layer: str) -> str:
+    """The config path of ``layer``'s learner.device, for errors."""
+    for g, group in enumerate(cfg.groups or []):
+        if isinstance(group, GroupSpec) and group.learner is not None and layer in group.layers:
+            return f"groups[{g}].learner.device"
+    i = [x.name for x in cfg.layers].index(layer)
+    return f"layers[{i}] ({layer}).learner.device"
+
+
+def _gpu_note(cfg: Config, devices: dict[str, str]) -> str:
+    gpus = sum(cfg.learner_of(n).num_gpus for n, d in devices.items() if d == "cuda")
+    return f" (and {gpus:g} GPUs for the CUDA learners: lower learner.num_gpus to share one)" if gpus else ""
+
+
 class DPPOGroup:
     def __init__(self, cfg: Config, layers: list[str], backend: Any, service: Any, dims: dict[str, dict],
                  num_workers: int, total_cpus: float, env_step_budget: int | None = None):
@@ -53,9 +68,14 @@ class DPPOGroup:
         self.backend = backend
         self.num_workers = num_workers
         learner_cpus, worker_cpus = group_cpus(total_cpus, num_workers, self.dppo.worker_cpus, len(layers))
+        # learner.device resolved here, once, before any actor starts (workers always act on CPU).
+        self.devices = {name: resolve_device(cfg.learner_of(name).device, backend.name, _device_field(cfg, name))
+                        for name in layers}
         self.learners = {name: backend.make(Learner, cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                             service, backend.name, dims[name].get("critic_dim"), env_step_budget,
-                                            num_cpus=learner_cpus) for name in layers}
+                                            1, self.devices[name], num_cpus=learner_cpus,
+                                            num_gpus=cfg.learner_of(name).num_gpus if self.devices[name] == "cuda" else None)
+                         for name in layers}
         self._worker_args = (service, worker_cpus)
         # Each incarnation of a worker has its own number, so a result is never mistaken for a
         # later worker's at the same index (after a replacement, or a shrink and a grow).
@@ -79,7 +99,8 @@ class DPPOGroup:
             raise RayStartError(
                 f"group {self.name!r}: {num_workers} rollout workers x {worker_cpus} CPUs plus {len(layers)} learner(s) "
                 f"({learner_cpus} CPUs each) could not all be placed within {PLACEMENT_TIMEOUT_S}s on a cluster with "
-                f"{total_cpus} CPUs. Lower layers[].dppo.num_workers or dppo.worker_cpus, or add nodes.")
+                f"{total_cpus} CPUs{_gpu_note(cfg, self.devices)}. Lower layers[].dppo.num_workers or dppo.worker_cpus, "
+                "or add nodes.")
         backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
         self.env_steps = float(self.counters()["env_steps"])
 

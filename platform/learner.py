@@ -20,6 +20,7 @@ from . import metrics as M
 from .backend import call_service, make_backend
 from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
 from .config import Config
+from .devices import check_visible
 from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from .messages import GradientResult, UpdateResult
 from ..policies.compression import decompress, wire_nbytes
@@ -34,7 +35,7 @@ from ..policies.staleness import staleness_weights
 class Learner:
     def __init__(self, cfg: Config, layer: str | int, obs_dim: int, action_space: gym.Space,
                  service: Any, backend_name: str = "local", critic_dim: int | None = None,
-                 env_step_budget: int | None = None, num_threads: int = 1):
+                 env_step_budget: int | None = None, num_threads: int = 1, device: str = "cpu"):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.train.seed)
         self.cfg = cfg
@@ -44,7 +45,11 @@ class Learner:
         # Schedules run over this group's share of the env steps (all groups together make the total).
         self.budget = env_step_budget or cfg.train.total_env_steps
         p = self.layer.policy
-        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim)
+        # learner.device, resolved by the group (hdppo.platform.devices): weights, optimizer and
+        # minibatches live there; everything that leaves the learner is on CPU.
+        check_visible(device, f"layer {self.layer.name!r}: learner.device")
+        self.device = torch.device(device)
+        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim).to(self.device)
         # The parameter list, once: nn.Module.parameters() walks the module tree on every call,
         # and an update makes hundreds of optimizer steps.
         self.params = list(self.policy.parameters())
@@ -97,7 +102,7 @@ class Learner:
     # -- the optimizer step shared by both modes ----------------------------------------------
     def _step(self, grads: list[torch.Tensor], lr: float) -> float:
         for g_param, g in zip(self.params, grads):
-            g_param.grad = g.clone()
+            g_param.grad = g.to(self.device, copy=True)  # mode dppo: the workers' gradients arrive on CPU
         norm = 0.0
         if self.layer.ppo.max_grad_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.layer.ppo.max_grad_norm))
@@ -113,7 +118,15 @@ class Learner:
 
     def gradient(self, batch: Batch, adv_mean: float, adv_std: float, entropy_coeff: float) -> list[torch.Tensor]:
         """Gradient of the mean loss over ``batch`` without stepping (for tests and diagnostics)."""
-        return gradients(self.policy, self._loss(batch.to_torch(), adv_mean, adv_std, entropy_coeff).total)
+        return gradients(self.policy, self._loss(self._tensors(batch), adv_mean, adv_std, entropy_coeff).total)
+
+    def _tensors(self, batch: Batch):
+        """``batch`` as tensors on the learner's device: on CPU they share the arrays' memory; on
+        CUDA the whole train batch is copied once per update, and minibatches are taken there."""
+        tb = batch.to_torch()
+        if self.device.type == "cpu":
+            return tb
+        return type(tb)(**{f.name: getattr(tb, f.name).to(self.device) for f in dataclasses.fields(tb)})
 
     # -- mode central --------------------------------------------------------------------------
     def _mine(self, items: tuple) -> list:
@@ -158,14 +171,14 @@ class Learner:
         else:
             adv_mean, adv_std = advantage_moments(stats)
         cosine = self._central_agreement(rollouts, adv_mean, adv_std, coefs["entropy_coeff"])
-        tb = batch.to_torch()
+        tb = self._tensors(batch)
         n = len(batch)
         k = max(1, round(n / self.layer.ppo.minibatch_size))
         logs: list[dict[str, float]] = []
         for _ in range(self.layer.ppo.num_epochs):
             epoch_kl = []
             for idx in np.array_split(self._rng.permutation(n), k):
-                mb = tb.take(torch.as_tensor(idx))
+                mb = tb.take(torch.as_tensor(idx, device=self.device))
                 terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"])
                 grad_norm = self._step(gradients(self.policy, terms.total, self.params), coefs["lr"])
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
@@ -178,7 +191,7 @@ class Learner:
         if cosine is not None:
             out[M.DIAG_GRAD_COSINE] = cosine
         if self.bonus is not None:  # trained on the same states, epochs and minibatch count; published with them
-            out[M.LOSS_RND] = self.bonus.train(tb.obs, self.layer.ppo.num_epochs, k, self._rng)
+            out[M.LOSS_RND] = self.bonus.train(tb.obs.cpu(), self.layer.ppo.num_epochs, k, self._rng)  # RND stays on CPU
             self.publish()
         return result
 
@@ -322,7 +335,9 @@ class Learner:
     # -- checkpoints ---------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         extra = {"bonus": self.bonus.checkpoint()} if self.bonus else {}
-        return extra | {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+        # On CPU: checkpoints are loaded where there may be no GPU (and Ray unpickles a CUDA
+        # tensor onto a GPU, which the driver may not have).
+        return extra | {"policy": _cpu(self.policy.state_dict()), "optimizer": _cpu(self.optimizer.state_dict()),
                 "obs_stats": self.obs_stats.to_state(), "reward_stats": self.reward_stats.to_state(),
                 "version": self.version, "env_steps": self.env_steps, "updates": self.updates,
                 "rng": self._rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
@@ -376,8 +391,19 @@ def _worker_diagnostics(stats: list[RolloutStats]) -> tuple[dict[str, float], tu
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of the module's weights that later optimizer steps cannot change."""
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+    """A CPU copy of the module's weights that later optimizer steps cannot change."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def _cpu(tree: Any) -> Any:
+    """Every tensor of a (nested) state dict on CPU; CPU tensors are returned as they are."""
+    if isinstance(tree, torch.Tensor):
+        return tree.cpu()
+    if isinstance(tree, dict):
+        return {k: _cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_cpu(v) for v in tree)
+    return tree
 
 
 def _terms_dict(terms) -> dict[str, float]:
