@@ -98,3 +98,14 @@ def test_throughput_markdown_with_missing_parts():
                            "iterations": 1, "warmup": 1, "raw_seconds": 1, "sample_seconds": 1}}
     md = throughput.render_markdown(report)
     assert "| Hopper-v5 | 85% | met | 90% | met |" in md and "RuntimeError: no" in md
+
+
+def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
+    import learner_device
+
+    assert learner_device.main(["--hidden", "8x8", "--batch", "64", "--minibatch", "32", "--epochs", "1",
+                                "--repeats", "1", "--devices", "cpu", "--results", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "learner_device.json").read_text())
+    (r,) = report["results"]
+    assert r["device"] == "cpu" and r["sgd_steps"] == 2 and r["median_s"] > 0
+    assert "| 8x8 | cpu (1 thread) |" in (tmp_path / "learner_device.md").read_text()

@@ -1,0 +1,143 @@
+"""The learner's update time on CPU and, where one is present, on a CUDA GPU (learner.device).
+
+One mode-``central`` update of :class:`hdppo.platform.learner.Learner` on a fixed synthetic
+batch, Hopper-sized (11 observations, a 3-dimensional Box action): by default 4096 samples,
+minibatches of 512, 10 epochs (80 optimizer steps), for actor and critic MLPs of 64x64 and
+256x256. The time is the whole ``update_central`` call as the trainer makes it: the batch moved
+to the device, the epochs, and the new weights copied back to CPU and published. CPU runs use
+one torch thread, as hdppo's learner does by default (``Learner(num_threads=1)``); ``--threads``
+changes that. The median of ``--repeats`` updates after one warm-up is reported.
+
+Usage: python benchmarks/learner_device.py [--hidden 64x64,256x256] [--batch 4096] [--minibatch 512]
+                                           [--epochs 10] [--repeats 5] [--devices cpu,cuda] [--threads 1]
+
+Writes benchmarks/results/learner_device.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from machine import machine_info  # noqa: E402
+
+OBS_DIM, ACT_DIM = 11, 3  # Hopper-v5
+
+
+def _batch(n: int, seed: int = 0):
+    from hdppo.platform.batch import Batch
+
+    rng = np.random.default_rng(seed)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    values, adv = f(n), f(n)
+    return Batch(obs=f(n, OBS_DIM), actions=f(n, ACT_DIM), logp=f(n) - 3.0, values=values, advantages=adv,
+                 returns=adv + values)
+
+
+def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epochs: int, repeats: int,
+                 threads: int = 1) -> dict:
+    """Seconds per update (median, min, max over ``repeats`` after one warm-up) on ``device``."""
+    import gymnasium as gym
+    import torch
+
+    from hdppo.platform import metrics as M
+    from hdppo.platform.batch import Rollout, RolloutStats
+    from hdppo.platform.config import validate
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+
+    cfg = validate({"name": "learner-device", "env": {"id": "Hopper-v5"}, "diagnostics": {"every": 0},
+                    "layers": [{"policy": {"hidden": hidden},
+                                "ppo": {"minibatch_size": minibatch, "num_epochs": epochs},
+                                "dppo": {"train_batch_size": batch}}], "ray": {"backend": "local"}})
+    space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+    learner = Learner(cfg, 0, OBS_DIM, space, ParameterService(), "local", None, None, threads, device)
+    data = _batch(batch)
+    adv = data.advantages.astype(np.float64)
+    times = []
+    for i in range(repeats + 1):
+        # Each update's samples are from the current version, so none is dropped as stale.
+        b = dataclasses.replace(data, versions=np.full(batch, learner.version, np.int64))
+        stats = RolloutStats(worker=0, version=learner.version, env_steps=batch, sample_s=0.0,
+                             adv_sum=float(adv.sum()), adv_sumsq=float((adv ** 2).sum()))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        result = learner.update_central(Rollout(b, stats))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if i:  # the first is a warm-up (allocations, CUDA context and kernels)
+            times.append(time.perf_counter() - t0)
+    steps = int(result.metrics[M.PERF_SGD_STEPS])
+    return {"device": device, "hidden": "x".join(map(str, hidden)), "threads": threads if device == "cpu" else None,
+            "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+            "sgd_steps": steps, "repeats": repeats}
+
+
+def render_markdown(report: dict) -> str:
+    m, s = report["machine"], report["settings"]
+    gpu = report.get("gpu") or "none"
+    rows = []
+    for r in report["results"]:
+        cpu = next((c for c in report["results"] if c["device"] == "cpu" and c["hidden"] == r["hidden"]), None)
+        vs = f"{cpu['median_s'] / r['median_s']:.2f}x" if cpu and r["device"] != "cpu" else "-"
+        ms_step = f"{1000 * r['median_s'] / r['sgd_steps']:.2f}"
+        where = f"cpu ({r['threads']} thread{'s' if r['threads'] != 1 else ''})" if r["device"] == "cpu" else r["device"]
+        rows.append(f"| {r['hidden']} | {where} | {r['median_s']:.3f} | {r['min_s']:.3f}-{r['max_s']:.3f} | "
+                    f"{ms_step} | {vs} |")
+    return (f"# Learner update time by device\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, "
+            f"{m.get('cpu_count')} CPUs (load average at start {m['load_avg_1_5_15'][0]:.1f}); GPU: {gpu}; "
+            f"torch {m.get('torch')}.\n\n"
+            f"One mode-central `Learner.update_central` on a synthetic Hopper-sized batch ({OBS_DIM} observations, "
+            f"{ACT_DIM}-d Box action): {s['batch']} samples, minibatch {s['minibatch']}, {s['epochs']} epochs, "
+            f"median of {s['repeats']} updates after one warm-up, the batch's move to the device and the CPU copy "
+            f"of the published weights included.\n\n"
+            "| hidden | device | update s (median) | min-max s | ms per SGD step | speed-up vs CPU |\n"
+            "|---|---|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+            f"Command: `{report['command']}`\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", default="64x64,256x256", help="comma-separated MLP sizes, e.g. 64x64,256x256")
+    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--minibatch", type=int, default=512)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the CPU learner (hdppo's default 1)")
+    p.add_argument("--devices", default=None, help="default: cpu, and cuda where torch sees a GPU")
+    p.add_argument("--results", type=Path, default=HERE / "results")
+    args = p.parse_args(argv)
+    devices = args.devices.split(",") if args.devices else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    report = {"machine": machine_info(), "command": " ".join(["python benchmarks/learner_device.py", *(argv or sys.argv[1:])]),
+              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+              "settings": {"batch": args.batch, "minibatch": args.minibatch, "epochs": args.epochs,
+                           "repeats": args.repeats, "threads": args.threads}, "results": []}
+    for hidden in args.hidden.split(","):
+        for device in devices:
+            r = time_updates(device, [int(h) for h in hidden.split("x")], args.batch, args.minibatch, args.epochs,
+                             args.repeats, args.threads)
+            report["results"].append(r)
+            print(f"[learner_device] {r['hidden']:>9s} {device:4s} {r['median_s']:.3f} s/update "
+                  f"({r['min_s']:.3f}-{r['max_s']:.3f})", flush=True)
+    md = render_markdown(report)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "learner_device.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.results / "learner_device.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
