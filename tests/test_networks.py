@@ -76,4 +76,4 @@ def test_reward_scope_global_merges_and_worker_scope_does_not(tmp_path):
             assert workers[0].scalers['control'].stats.count == 256 + 128  # adopted the pool's, then its own
         else:
             assert merged == 0
-            assert workers[0].scalers['control'].stats.count == 256  # only its own two rollouts
+            assert workers[0].scalers['control'].stats.count == pytest.approx(256 + 1e-4)  # its own two rollouts, over Gymnasium's prior
