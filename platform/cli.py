@@ -20,12 +20,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume)
     run_dir = summary["run_dir"]
+    if "stopped" in summary:
+        return _report_stop(args, summary)
     ev = (f"; deterministic eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f}"
           if "eval_return_mean" in summary else "")
     print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s{ev}")
     print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, summary.json, checkpoints/)")
     print(f"[hdppo] TensorBoard logs: {run_dir}/tb  ->  tensorboard --logdir {run_dir}/tb")
     return 0
+
+
+def _report_stop(args: argparse.Namespace, summary: dict) -> int:
+    """Where a run stopped by SIGINT or SIGTERM is, and the command that continues it."""
+    import shlex
+
+    stop, run_dir = summary["stopped"], summary["run_dir"]
+    print(f"[hdppo] {stop['reason']} at {summary['env_steps']:,}/{summary['total_env_steps']:,} env steps "
+          f"(update {summary['updates']}); checkpoint {stop['checkpoint']}")
+    if stop["abandoned"]:
+        print(f"[hdppo] the update in flight did not finish within train.stop_timeout_s ({stop['stop_timeout_s']:g}s): "
+              "dropped; the checkpoint is the state after the last update logged")
+    print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, tb/, checkpoints/)")
+    resume = ["hdppo", "train", args.config, *[a for s in args.set for a in ("--set", s)], "--run-dir", run_dir,
+              *(["--address", args.address] if args.address else []), "--resume"]
+    print(f"[hdppo] resume: {shlex.join(resume)}")
+    return stop["exit_code"]
 
 
 def _run_dir_config(run_dir: Path, fix: str):
@@ -265,9 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         width = 100 if not sys.stderr.isatty() else min(os.get_terminal_size(2).columns, 100)
         print(textwrap.fill(f"hdppo {args.command}: error: {exc}", width=width), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("hdppo: interrupted; the last checkpoint is intact (resume with --resume).", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # hdppo train stops its loop itself on SIGINT/SIGTERM (_report_stop); this is a signal outside
+        # it (hdppo.platform.interrupts.Interrupted says what was kept) or in another command.
+        print(f"hdppo {args.command}: {exc or 'interrupted'}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
 
 
 def _cause(exc: HdppoError) -> HdppoError:

@@ -382,6 +382,10 @@ class TrainConfig(_Strict):
     checkpoint_every: int = Field(10, ge=1, description="Write a checkpoint every N updates (and at the end).")
     eval_episodes: int = Field(10, ge=0, description="Deterministic episodes for the final evaluation; 0 skips it.")
     log_every_s: float = Field(10.0, gt=0.0, description="Seconds between plain progress lines without a TTY.")
+    stop_timeout_s: float = Field(5.0, gt=0.0, description="On SIGINT or SIGTERM: seconds the update in flight has "
+                                  "to finish before it is dropped (on Ray; in-process it always finishes); then a "
+                                  "checkpoint of the last finished update, and exit. Keep it inside your scheduler's "
+                                  "grace period (docker stop: 10s, Kubernetes and Slurm: 30s).")
     video_every: int = Field(0, ge=0, description="Every N updates, record one deterministic episode with the "
                              "current weights into the top layer's TensorBoard run (tag videos/episode, Images tab; "
                              "the env must render rgb_array); 0 turns it off.")

@@ -83,6 +83,7 @@ class DPPOGroup:
         self.workers = [self._make_worker(i) for i in range(num_workers)]
         self.generation = [next(self._incarnations) for _ in range(num_workers)]
         self.replaced = 0
+        self._closed = False
         self.sync = make_sync_mode(self.dppo.sync)
         self._sample_method = "sample" if self.dppo.mode == "central" else "sample_stats_only"
         self._updates = 0
@@ -116,6 +117,8 @@ class DPPOGroup:
     # -- failover ------------------------------------------------------------------------------
     def _replace(self, i: int, cause: BaseException) -> None:
         """A fresh worker i; the sync mode re-issues its calls that were in flight on the dead one."""
+        if self._closed:  # an update abandoned on a stop, still running when the group shut down
+            raise RuntimeError(f"group {self.name!r} is shut down") from cause
         self.backend.kill(self.workers[i])
         self.workers[i] = self._make_worker(i)
         self.generation[i] = next(self._incarnations)
@@ -304,21 +307,42 @@ class DPPOGroup:
         return num_workers
 
     def get_state(self) -> dict[str, Any]:
+        return self.resolve_state(self.state_calls())
+
+    def state_calls(self) -> dict[str, Any]:
+        """The group's state, asked for now and not waited on (on Ray, object references). Each
+        actor answers its calls in order, so issued between updates it is the state after the
+        update just finished, whatever is issued later: the trainer keeps one per update."""
         b = self.backend
-        return {"learners": {name: b.get(b.call(h, "get_state")) for name, h in self.learners.items()},
-                "workers": b.get([b.call(w, "get_state") for w in self.workers])}
+        return {"learners": {name: b.call(h, "get_state") for name, h in self.learners.items()},
+                "workers": [b.call(w, "get_state") for w in self.workers]}
+
+    def resolve_state(self, calls: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
+        """The state of :meth:`state_calls`. With ``wait_s``, a worker that has not answered by then
+        (still in a rollout of an abandoned update) gets None: it restarts with fresh reward
+        statistics on resume. A learner that has not answered is an error."""
+        b = self.backend
+        learners = list(calls["learners"].values())
+        if wait_s is not None and not b.wait_all(learners, timeout=wait_s):
+            raise RuntimeError(f"group {self.name!r}: its learners did not give their state within {wait_s:g}s")
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        workers = [b.get(f) if deadline is None or b.wait_all([f], timeout=max(deadline - time.monotonic(), 0.0))
+                   else None for f in calls["workers"]]
+        return {"learners": {name: b.get(f) for name, f in calls["learners"].items()}, "workers": workers}
 
     def set_state(self, state: dict[str, Any]) -> None:
         b = self.backend
         for name, h in self.learners.items():
             b.get(b.call(h, "set_state", state["learners"][name]))
         for w, ws in zip(self.workers, state["workers"]):
-            b.get(b.call(w, "set_state", ws))
+            if ws is not None:  # None: that worker's state was not saved (hdppo.platform.interrupts)
+                b.get(b.call(w, "set_state", ws))
         self.env_steps = float(self.counters()["env_steps"])
 
     def counters(self) -> dict[str, int]:
         return self.backend.get(self.backend.call(self.learners[self.layers[0]], "counters"))
 
     def shutdown(self) -> None:
+        self._closed = True
         for h in [*self.learners.values(), *self.workers]:
             self.backend.kill(h)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 
 import ray
 
@@ -32,7 +34,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
     else:
         kwargs["address"] = address
     try:
-        ray.init(**kwargs)
+        _init_keeping_handlers(kwargs, block_sigterm=local)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         where = "an embedded local Ray" if local else f"the Ray cluster at {address!r}"
         fix = ("Check free memory and /tmp space, or run `ray stop` to clear a stale instance."
@@ -40,6 +42,52 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
                "check the address, or drop --address to train on this machine.")
         raise RayStartError(f"could not start or reach {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. {fix}") from None
     return float(ray.cluster_resources().get("CPU", 1))
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_sigterm_blocked = False  # whether the embedded Ray running now was started with SIGTERM blocked
+
+
+def _init_keeping_handlers(kwargs: dict, block_sigterm: bool) -> None:
+    """``ray.init``, with two things about signals put right (hdppo.platform.interrupts).
+
+    The processes an embedded Ray starts (gcs, raylet, agents) stay in the driver's process group,
+    so a SIGTERM sent to the group (``timeout``, systemd) would kill them under the driver while it
+    writes its checkpoint. Ray starts them with SIGINT blocked; with SIGTERM blocked in this thread
+    while they start, they inherit both. And ``ray.init`` replaces the driver's SIGTERM handler
+    (with ``sys.exit``, and its C++ core with one that prints a stack dump): the handlers the
+    program had installed are put back, before the signals are unblocked.
+    """
+    global _sigterm_blocked
+    main = threading.current_thread() is threading.main_thread()
+    saved = {s: signal.getsignal(s) for s in _SIGNALS} if main else {}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS) if block_sigterm else None
+    try:
+        ray.init(**kwargs)
+        _sigterm_blocked = block_sigterm
+    finally:
+        for s, handler in saved.items():
+            if callable(handler) and handler is not signal.default_int_handler:
+                signal.signal(s, handler)
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def shutdown_ray() -> None:
+    """``ray.shutdown()``, without waiting for nothing: Ray asks its processes to stop with SIGTERM
+    and gives each a second; those of an embedded Ray started by :func:`init_ray` block SIGTERM,
+    so they are killed at once (the instance is this run's alone)."""
+    global _sigterm_blocked
+    if not ray.is_initialized():
+        return
+    node = getattr(ray._private.worker, "_global_node", None)  # private: checked, with a fallback
+    kill_all = getattr(node, "kill_all_processes", None)
+    if _sigterm_blocked and kill_all is not None:
+        node.kill_all_processes = lambda **kw: kill_all(**{**kw, "allow_graceful": False})  # type: ignore[union-attr]
+    try:
+        ray.shutdown()
+    finally:
+        _sigterm_blocked = False
 
 
 def _probe(address: str, timeout_s: float = 5.0) -> None:

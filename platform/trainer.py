@@ -1,13 +1,16 @@
 """The trainer: run dir, Ray, the parameter service, one DPPO group per layer, logs, checkpoints.
 
 Hooks instead of subclassing: pass ``hooks=[fn]``; each is called as
-``fn(trainer, layer, step, metrics)`` after every update.
+``fn(trainer, layer, step, metrics)`` after every update. A hook may end the run early with
+``trainer.stop.request(reason)``; SIGINT and SIGTERM do the same under ``hdppo train``
+(hdppo.platform.interrupts): the run stops between updates with a checkpoint and its logs.
 """
 from __future__ import annotations
 
 import json
 import random
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,11 +28,12 @@ from .elastic import take_scale_request
 from .errors import CheckpointError, ConfigError
 from .evaluation import evaluate
 from .group import DPPOGroup
+from .interrupts import Interrupted, SignalHandlers, StopRequest, signal_name
 from .learner import Learner
 from .messages import UpdateResult
 from .parameter_service import ParameterService
 from .progress import Progress
-from .ray_runtime import init_ray
+from .ray_runtime import init_ray, shutdown_ray
 
 Hook = Callable[["Trainer", str, int, dict], None]
 
@@ -46,6 +50,18 @@ def prepare_run_dir(run_dir: Path, resume: bool) -> bool:
                               "--run-dir to choose another folder, or delete it.")
     run_dir.mkdir(parents=True, exist_ok=True)
     return True
+
+
+# What a run dir holds before its first update; a failed start may remove a run dir holding no more.
+_BEFORE_FIRST_UPDATE = {"config.yaml", "metrics.jsonl", "tb", "checkpoints"}
+
+
+def holds_results(run_dir: Path) -> bool:
+    """Whether a run dir holds anything worth keeping: a checkpoint, a logged metric (a line of
+    metrics.jsonl; its scalars go to tb/ too), or any file written after the first update."""
+    metrics = run_dir / "metrics.jsonl"
+    return (latest_checkpoint(run_dir) is not None or (metrics.is_file() and metrics.stat().st_size > 0)
+            or any(p.name not in _BEFORE_FIRST_UPDATE for p in run_dir.iterdir()))
 
 
 def plan_groups(cfg: Config, total_cpus: float) -> list[tuple[list[str], int, float]]:
@@ -77,6 +93,10 @@ class Trainer:
         self.last: dict[str, dict] = {}         # the last metrics of each layer
         self._created = False
         self._checkpointed = False
+        self.stop = StopRequest()
+        self.phase = "setup"  # then "training", then "evaluation"
+        self._snapshot: dict[str, Any] | None = None  # on Ray: each group's state_calls() after the last update
+        self._update_thread: threading.Thread | None = None
 
     # -- setup ---------------------------------------------------------------------------------
     def _seed(self) -> None:
@@ -151,8 +171,12 @@ class Trainer:
                 self.backend.get(self.backend.call(group.learners[layer.name], "load_weights", states[layer.name]))
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        return {"format": 2, "groups": {g.name: g.get_state() for g in self.groups},
+    def state(self, snapshot: dict[str, Any] | None = None, wait_s: float | None = None) -> dict[str, Any]:
+        """The whole training state; from ``snapshot`` (:meth:`_take_snapshot`) rather than asked
+        for now, if given (see DPPOGroup.resolve_state for ``wait_s``)."""
+        groups = {g.name: g.get_state() if snapshot is None else g.resolve_state(snapshot[g.name], wait_s)
+                  for g in self.groups}
+        return {"format": 2, "groups": groups,
                 "fixed": {name: learner.get_state() for name, learner in self.fixed.items()},
                 "driver_rng": {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
                                "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state()}}
@@ -163,10 +187,17 @@ class Trainer:
         np.random.set_state(("MT19937", np.asarray(rng["numpy"], dtype=np.uint32), rng["numpy_pos"]))
         torch.set_rng_state(rng["torch"])
 
-    def checkpoint(self, update: int) -> Path:
-        path = save_checkpoint(self.run_dir, update, self.state())
+    def checkpoint(self, update: int, wait_s: float | None = None) -> Path:
+        path = save_checkpoint(self.run_dir, update, self.state(self._snapshot, wait_s))
         self._checkpointed = True
         return path
+
+    def _take_snapshot(self) -> None:
+        """On Ray, ask every group for its state now, between updates, without waiting: if a stop
+        then abandons the next update, the checkpoint is this state, the one after the last update
+        that was logged (its actors may never answer a call issued later)."""
+        if self.backend.name == "ray":
+            self._snapshot = {g.name: g.state_calls() for g in self.groups}
 
     def video(self, step: int) -> None:
         """``train.video_every``: one deterministic episode with the current weights, as a clip in
@@ -204,6 +235,34 @@ class Trainer:
                 return list(pool.map(lambda g: g.iteration(), groups))
         return [g.iteration() for g in groups]
 
+    def _update(self, groups: list[DPPOGroup]) -> list[dict[str, UpdateResult]] | None:
+        """:meth:`_iterate`, or None if a stop request came and the update did not finish within
+        ``train.stop_timeout_s`` of it. On Ray the update runs in a thread, so that this one
+        stays free to see the request and keep time; in-process (backend local) it always
+        finishes (the learner's state is changed in place while it runs)."""
+        if self.backend.name != "ray":
+            return self._iterate(groups)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["out"] = self._iterate(groups)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
+                box["error"] = exc
+            finally:
+                done.set()
+
+        self._update_thread = threading.Thread(target=run, name="hdppo-update", daemon=True)
+        self._update_thread.start()
+        while not done.wait(0.1):
+            if self.stop and time.monotonic() - self.stop.at > self.cfg.train.stop_timeout_s:  # type: ignore[operator]
+                return None
+        self._update_thread = None
+        if "error" in box:
+            raise box["error"]
+        return box["out"]
+
     def _apply_scale_request(self) -> None:
         """``hdppo scale RUN_DIR --workers N``: resize between updates, never mid-update."""
         request = take_scale_request(self.run_dir)
@@ -223,6 +282,8 @@ class Trainer:
         except BaseException:
             self._cleanup_failed_start()
             raise
+        finally:
+            self.stop.interruptible = True
 
     def _env_steps(self) -> int:
         return int(sum(g.env_steps for g in self.groups))
@@ -236,13 +297,20 @@ class Trainer:
         last_return: float | None = None
         saved_at = updates
         t_start = time.time()
+        abandoned = False
+        self._take_snapshot()
+        self.stop.interruptible, self.phase = False, "training"  # from here a signal stops the loop between updates
         try:
-            while steps < total and self.groups:
+            while steps < total and self.groups and not self.stop:
                 ready = [g for g in self.groups if self._started(g)]
                 if not ready:
                     raise ConfigError("schedule.start_after: no layer can start (the gates wait on each other). "
                                       "Let at least one trained layer start without start_after.")
-                for group, out in zip(ready, self._iterate(ready)):
+                outs = self._update(ready)
+                if outs is None:
+                    abandoned = True
+                    break
+                for group, out in zip(ready, outs):
                     for layer, result in out.items():
                         values = result.metrics
                         self.metrics.scalars(layer, int(group.env_steps), values)
@@ -255,7 +323,9 @@ class Trainer:
                         for hook in self.hooks:
                             hook(self, layer, int(group.env_steps), values)
                 steps, updates = self._env_steps(), updates + 1
+                self.metrics.flush()  # TensorBoard's own writer flushes every 2 minutes; a SIGKILL loses less
                 self._apply_scale_request()
+                self._take_snapshot()
                 if updates % self.cfg.train.checkpoint_every == 0:
                     self.checkpoint(updates)
                     saved_at = updates
@@ -263,14 +333,27 @@ class Trainer:
                     self.video(steps)
                 if not self.quiet:
                     progress.update(steps, last_return)
-            if saved_at != updates or latest_checkpoint(self.run_dir) is None:
-                self.checkpoint(updates)
+            if self.stop:
+                path = self.checkpoint(updates, wait_s=self.cfg.train.stop_timeout_s)
+            elif saved_at != updates or latest_checkpoint(self.run_dir) is None:
+                path = self.checkpoint(updates)
+            else:
+                path = latest_checkpoint(self.run_dir)  # type: ignore[assignment]
         finally:
             progress.close()
             self.metrics.flush()
         wall = time.time() - t_start
         summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall,
                                    "last_return": last_return, "run_dir": str(self.run_dir)}
+        if self.stop:  # in the loop, or while its last checkpoint was written
+            self.metrics.close()
+            # Counted from the checkpoint: an abandoned update may still move the groups' counters.
+            state = load_checkpoint(path)
+            steps = int(sum(g["learners"][next(iter(g["learners"]))]["env_steps"] for g in state["groups"].values()))
+            return summary | {"env_steps": steps, "total_env_steps": total, "stopped": {
+                "reason": self.stop.reason, "signal": signal_name(self.stop.signum), "exit_code": self.stop.exit_code,
+                "checkpoint": str(path), "abandoned": abandoned, "stop_timeout_s": self.cfg.train.stop_timeout_s}}
+        self.stop.interruptible, self.phase = True, "evaluation"  # the run is saved: a signal now just ends it
         if self.cfg.train.eval_episodes > 0:
             returns = evaluate(self.cfg, learner_states(self.state()), self.cfg.train.eval_episodes)
             ev = {M.EVAL_RETURN_MEAN: float(np.mean(returns)), M.EVAL_RETURN_STD: float(np.std(returns))}
@@ -282,12 +365,18 @@ class Trainer:
         return summary
 
     def _cleanup_failed_start(self) -> None:
-        """A new run that failed before its first checkpoint leaves nothing behind; one with a
-        checkpoint stays, to be continued with ``--resume``."""
-        if self._created and not self._checkpointed and self.run_dir.exists():
-            if getattr(self, "metrics", None) is not None:
-                self.metrics.close()
+        """A new run that failed before its first update leaves nothing behind. A run dir that
+        holds logs or a checkpoint (:func:`holds_results`) is never deleted: it stays, to be read,
+        or continued with ``--resume`` from its last checkpoint."""
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.close()
+        if not self.run_dir.is_dir():
+            return
+        if self._created and not self._checkpointed and not holds_results(self.run_dir):
             shutil.rmtree(self.run_dir, ignore_errors=True)
+        elif self._created and latest_checkpoint(self.run_dir) is None and not self.quiet:
+            print(f"[hdppo] run dir kept: {self.run_dir} (its logs; no checkpoint yet, so it cannot be resumed)",
+                  flush=True)
 
     def shutdown(self) -> None:
         for group in self.groups:
@@ -295,6 +384,9 @@ class Trainer:
         if self.groups or self.fixed:
             self.backend.kill(self.service)
         self.groups, self.fixed = [], {}
+        if self._update_thread is not None:  # an abandoned update: it fails on the actors just killed
+            self._update_thread.join(timeout=10.0)
+            self._update_thread = None
 
 
 def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str | None = None,
@@ -306,6 +398,27 @@ def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str 
         run_dir = str(Path("runs") / cfg.name)
     trainer = Trainer(cfg, run_dir, resume=resume)
     try:
-        return trainer.train()
+        with SignalHandlers(trainer.stop, cfg.train.stop_timeout_s if cfg.ray.backend == "ray" else None):
+            return trainer.train()
+    except KeyboardInterrupt:
+        raise _interrupted(trainer) from None
     finally:
         trainer.shutdown()
+        if cfg.ray.backend == "ray":
+            shutdown_ray()  # here, not at exit: quietly, and before the final lines are printed
+
+
+def _interrupted(trainer: Trainer) -> Interrupted:
+    """A signal outside the training loop (Ray starting, the final evaluation): what is left."""
+    how = trainer.stop.reason or "interrupted"
+    when = "during the final evaluation (training had finished)" if trainer.phase == "evaluation" else \
+        "before training started"
+    run_dir = trainer.run_dir
+    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if ckpt is not None:
+        where = f"{run_dir} holds checkpoint {ckpt.name}; continue it with --resume"
+    elif run_dir.is_dir():
+        where = f"{run_dir} is kept (no checkpoint yet)"
+    else:
+        where = "nothing was trained yet, so the new run dir was removed"
+    return Interrupted(f"{how} {when}; {where}.", trainer.stop.exit_code if trainer.stop.signum is not None else 130)
