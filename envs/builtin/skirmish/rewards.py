@@ -1,0 +1,112 @@
+"""Command-following rewards of skirmish, registered for ``reward.intrinsic_fn``.
+
+The commands they interpret (one-hots, as hdppo hands a command to the layer below):
+
+- an **order** to a unit (squad layer -> control layer): ``MultiDiscrete([S, 3, 2])``, received
+  as ``[target enemy squad (S) | posture (3): advance, hold, retreat | formation (2): tight,
+  loose]``, S the enemy's squad count;
+- an **objective** for a squad (strategy layer -> squad layer): ``MultiDiscrete([S + 1] * S)``,
+  one entry per own squad, received whole by every squad: ``S + 1`` choices each, engage enemy
+  squad ``j`` (``j < S``) or hold (``S``). A plain ``Discrete(S + 1)`` command works too.
+
+Constants below are the weights; a layer that wants others can wrap these functions in its own
+``module:function``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...rewards import register_reward
+
+POSTURES = ("advance", "hold", "retreat")
+FORMATIONS = ("tight", "loose")
+ORDER_EXTRA = len(POSTURES) + len(FORMATIONS)
+
+DAMAGE_WEIGHT = 0.1     # per hp dealt to the commanded squad (a hit is 9-13 hp: about 1)
+MOVE_WEIGHT = 0.3       # per map unit of progress in the commanded posture (a step is about 1 unit)
+FORMATION_WEIGHT = 0.1  # per map unit outside the commanded formation
+TIGHT_RADIUS = 3.0      # tight: within this distance of the squad's centroid
+LOOSE_SPACING = 1.5     # loose: at least this far from the nearest ally
+TAKEN_WEIGHT = 0.05     # squad objective: per hp the squad lost
+HOLD_DEPTH = 0.5        # squad objective "hold": stay within this fraction of the map from the own edge
+
+
+def _field(info: list[dict], key: str, width: int | None = None) -> np.ndarray:
+    if width is None:
+        return np.fromiter((i.get(key, 0.0) for i in info), np.float64, len(info))
+    zero = np.zeros(width)
+    return np.stack([np.asarray(i.get(key, zero), np.float64) for i in info]) if info else np.zeros((0, width))
+
+
+@register_reward("skirmish_follow_order", vectorized=True)
+def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
+    """Control layer: how well a unit carried out its squad's order this step.
+
+    ``DAMAGE_WEIGHT * hp dealt to the target squad`` + ``MOVE_WEIGHT *`` (advance: approach to
+    the target squad's centroid; hold: minus the distance moved; retreat: distance moved toward
+    the own edge) - ``FORMATION_WEIGHT *`` (tight: distance beyond ``TIGHT_RADIUS`` from the
+    squad's centroid; loose: spacing short of ``LOOSE_SPACING``).
+
+    One unit (``command [S + 5]``, ``info`` its dict) -> float, or B units (``command [B, S + 5]``,
+    ``info`` a list of B dicts) -> ``[B]`` float32."""
+    command = np.asarray(command, np.float32)
+    if command.ndim == 1:
+        return float(follow_order(command[None], [info])[0])  # type: ignore[list-item]
+    S = command.shape[1] - ORDER_EXTRA
+    if S < 1:
+        raise ValueError(f"skirmish_follow_order: the order has {command.shape[1]} values; it must be the one-hots "
+                         f"of MultiDiscrete([S, 3, 2]) (S + {ORDER_EXTRA} values), S the enemy's squads")
+    rows = np.arange(len(command))
+    target = np.argmax(command[:, :S], 1)
+    posture = np.argmax(command[:, S:S + 3], 1)
+    formation = np.argmax(command[:, S + 3:], 1)
+    dealt = _field(info, "dealt_to", S)[rows, target]  # type: ignore[arg-type]
+    approach = _field(info, "approach", S)[rows, target]  # type: ignore[arg-type]
+    moved, retreat = _field(info, "moved"), _field(info, "retreat")  # type: ignore[arg-type]
+    cohesion = _field(info, "cohesion")  # type: ignore[arg-type]
+    # Units that are gone have no spacing to keep.
+    spacing = np.fromiter((i.get("spacing", LOOSE_SPACING) for i in info), np.float64, len(info))  # type: ignore[union-attr]
+    move = np.select([posture == 0, posture == 1], [approach, -moved], retreat)
+    off = np.where(formation == 0, np.maximum(cohesion - TIGHT_RADIUS, 0.0), np.maximum(LOOSE_SPACING - spacing, 0.0))
+    return (DAMAGE_WEIGHT * dealt + MOVE_WEIGHT * move - FORMATION_WEIGHT * off).astype(np.float32)
+
+
+@register_reward("skirmish_squad_objective", vectorized=True)
+def squad_objective(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
+    """Squad layer: how well a squad pursued the strategy's objective for it this step.
+
+    Engage enemy squad j: ``DAMAGE_WEIGHT * hp dealt to j + DAMAGE_WEIGHT * approach to j`` summed
+    over the squad's units, ``- TAKEN_WEIGHT * hp lost``. Hold: ``DAMAGE_WEIGHT * hp dealt to anyone
+    - DAMAGE_WEIGHT * hp lost - FORMATION_WEIGHT * depth beyond HOLD_DEPTH`` summed over the units.
+
+    One squad (``command [C]``, ``info`` its agents' dicts by name) -> float, or B squads
+    (``command [B, C]``, ``info`` a list of B such dicts) -> ``[B]`` float32. ``C`` is ``S + 1``
+    (a Discrete objective) or ``S * (S + 1)`` (the strategy's MultiDiscrete, one entry per squad:
+    the squad's own entry is read)."""
+    command = np.asarray(command, np.float32)
+    if command.ndim == 1:
+        return float(squad_objective(command[None], [info])[0])  # type: ignore[list-item]
+    out = np.zeros(len(command), np.float32)
+    for b, members in enumerate(info):
+        units = [i for i in members.values() if "dealt_to" in i]  # type: ignore[union-attr]
+        if not units:
+            continue
+        S = len(units[0]["dealt_to"])
+        n_obj = S + 1
+        c = command[b]
+        if len(c) != n_obj:
+            squad = units[0]["squad"]
+            if len(c) < (squad + 1) * n_obj:
+                raise ValueError(f"skirmish_squad_objective: a command of {len(c)} values; it must be {n_obj} "
+                                 f"(Discrete(S + 1)) or S own squads times {n_obj}")
+            c = c[squad * n_obj:(squad + 1) * n_obj]
+        obj = int(np.argmax(c))
+        taken = sum(u["taken"] for u in units)
+        if obj < S:
+            gain = sum(u["dealt_to"][obj] + u["approach"][obj] for u in units)
+            out[b] = DAMAGE_WEIGHT * gain - TAKEN_WEIGHT * taken
+        else:
+            dealt = sum(u["dealt"] for u in units)
+            deep = sum(max(u["depth"] - HOLD_DEPTH, 0.0) for u in units)
+            out[b] = DAMAGE_WEIGHT * (dealt - taken) - FORMATION_WEIGHT * deep
+    return out

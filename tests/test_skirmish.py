@@ -1,0 +1,332 @@
+"""The skirmish battle env: PettingZoo's checkers, masks, deaths, scripted players and their
+strength order, state and frames, the natively batched variant, rewards for a hierarchy, and
+training by config."""
+import copy
+import warnings
+
+import numpy as np
+import pytest
+from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+from conftest import tiny_config
+from hdppo.envs.builtin.skirmish import (OPPONENTS, SCENARIOS, Battle, make_vector, parallel_env, play,
+                                         squad_summary, squad_view, team_summary, team_view)
+from hdppo.envs.builtin.skirmish.core import ATTACK0, MOVE0, NOOP
+from hdppo.envs.builtin.skirmish.scenarios import UNIT_RADIUS
+from hdppo.envs.rewards import is_known_reward, resolve_reward
+from hdppo.platform.config import validate
+
+SCENARIO_NAMES = list(SCENARIOS)
+
+
+def random_masked(obs, rng):
+    """A uniformly random legal action for every agent in ``obs``."""
+    return {a: int(rng.choice(np.flatnonzero(o["action_mask"]))) for a, o in obs.items()}
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_NAMES)
+def test_pettingzoo_parallel_api_and_seed_tests(scenario):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parallel_api_test(parallel_env(scenario=scenario), num_cycles=400)
+        parallel_seed_test(lambda: parallel_env(scenario=scenario, opponent="random"), num_cycles=200)
+    assert not [str(w.message) for w in caught if "skirmish" in str(w.filename) or "pettingzoo" in str(w.filename)]
+
+
+def test_spaces_are_cached_and_sized_alike_in_every_scenario():
+    envs = [parallel_env(scenario=s) for s in SCENARIO_NAMES]
+    for env in envs:
+        a = env.possible_agents[0]
+        assert env.observation_space(a) is env.observation_space(a) and env.action_space(a) is env.action_space(a)
+    dims = {(e.observation_space(e.possible_agents[0])["observation"].shape, e.action_space("red_0").n,
+             e.state_space.shape) for e in envs}
+    assert dims == {((101,), 18, (273,))}  # one policy and one critic fit every scenario
+    assert [len(e.possible_agents) for e in envs] == [3, 8, 10]
+
+
+def test_random_masked_play_stays_legal_and_inside_the_space():
+    env = parallel_env(scenario="8v8_mixed", opponent="nearest")
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    space = env.observation_space("red_0")
+    b = env.battle
+    for _ in range(300):
+        for o in obs.values():
+            assert space.contains(o)
+        obs, *_ = env.step(random_masked(obs, rng))
+        # No unit ever stands inside an obstacle or off the map.
+        live = b.alive[0]
+        d = np.hypot(b.x[0, live, None] - b.ox[0, None, :b.n_obstacles], b.y[0, live, None] - b.oy[0, None, :b.n_obstacles])
+        assert (d >= b.orad[0, :b.n_obstacles] + UNIT_RADIUS - 1e-9).all()
+        assert (b.x[0, live] >= UNIT_RADIUS - 1e-9).all() and (b.x[0, live] <= b.width - UNIT_RADIUS + 1e-9).all()
+        if not env.agents:
+            obs, _ = env.reset()
+
+
+def _clone(b: Battle) -> Battle:
+    c = copy.copy(b)
+    for name in ("x", "y", "hp", "cd", "alive", "t", "kills", "losses", "obs", "mask", "cand", "cand_dist", "dist"):
+        setattr(c, name, getattr(b, name).copy())
+    return c
+
+
+def _fields(b: Battle):
+    return [b.x, b.y, b.hp, b.cd, b.alive]
+
+
+def test_masked_out_actions_do_nothing_and_legal_ones_act():
+    b = Battle(SCENARIOS["8v8_mixed"], 1, rng=np.random.default_rng(3))
+    b.reset()
+    rng = np.random.default_rng(4)
+    checked = {"illegal": 0, "move": 0, "attack": 0, "heal": 0}
+    for _ in range(120):
+        base = np.concatenate([OPPONENTS["nearest"](b, 0, rng), OPPONENTS["nearest"](b, 1, rng)], 1)
+        for u in rng.choice(b.U, 4, replace=False):
+            if not b.alive[0, u]:
+                continue
+            illegal = np.flatnonzero(~b.mask[0, u])
+            if len(illegal):
+                # Unit u takes an illegal action instead of a no-op: nothing differs.
+                a1, a2 = base.copy(), base.copy()
+                a1[0, u], a2[0, u] = NOOP, rng.choice(illegal)
+                b1, b2 = _clone(b), _clone(b)
+                b1.step(a1), b2.step(a2)
+                assert all(np.array_equal(f1, f2) for f1, f2 in zip(_fields(b1), _fields(b2)))
+                checked["illegal"] += 1
+            legal = np.flatnonzero(b.mask[0, u])
+            a = rng.choice(legal)
+            acts = np.zeros_like(base)
+            acts[0, u] = a
+            b3 = _clone(b)
+            b3.step(acts)
+            if MOVE0 <= a < ATTACK0:
+                step = np.hypot(b3.x[0, u] - b.x[0, u], b3.y[0, u] - b.y[0, u])
+                assert step == pytest.approx(b.speed[u])
+                checked["move"] += 1
+            elif ATTACK0 <= a < ATTACK0 + b.Ke:
+                target = b.cand[0, u, 0, a - ATTACK0]
+                assert b3.hp[0, target] == pytest.approx(max(b.hp[0, target] - b.damage[u], 0.0))
+                assert b3.cd[0, u] == b.cooldown[u]
+                checked["attack"] += 1
+            elif a >= ATTACK0 + b.Ke:
+                target = b.cand[0, u, 1, a - ATTACK0 - b.Ke]
+                assert b3.hp[0, target] == pytest.approx(min(b.hp[0, target] + b.heal[u], b.hp_max[target]))
+                checked["heal"] += 1
+        res = b.step(base)
+        if res.ended[0]:
+            b.reset()
+    assert min(checked.values()) >= 3, checked
+
+
+def test_dead_units_leave_the_agents_with_a_last_step():
+    env = parallel_env(scenario="8v8_mixed", opponent="focus_kite")
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    deaths = 0
+    while env.agents:
+        before = list(env.agents)
+        obs, rew, term, trunc, info = env.step(random_masked(obs, rng))
+        assert set(obs) == set(rew) == set(term) == set(trunc) == set(info) == set(before)
+        for a in before:
+            gone = term[a] or trunc[a]
+            assert (a in env.agents) != gone
+            if term[a] and not env.battle.alive[0, env._slot[a]]:
+                deaths += 1
+    assert deaths >= 4  # random red units against focus fire: most of them die
+    assert info[before[0]]["outcome"] == -1 and env.last_outcome["losses"] == 8
+
+
+@pytest.mark.parametrize("name", list(OPPONENTS))
+def test_each_scripted_opponent_plays_whole_games_from_either_side(name):
+    for scenario in SCENARIO_NAMES:
+        env = parallel_env(scenario=scenario, opponent=name)
+        env.reset(seed=2)
+        while env.agents:
+            # The same scripted player commands the red side: a mirror match, legal throughout.
+            acts = env.scripted_actions(name)
+            for a, act in acts.items():
+                assert env.battle.mask[0, env._slot[a], act]
+            *_, info = env.step(acts)
+        outcome = next(iter(info.values()))
+        assert {"win", "draw", "outcome", "kills", "losses", "episode_steps"} <= set(outcome)
+
+
+def test_scripted_opponents_rise_in_strength():
+    """focus_kite beats nearest, nearest beats random, over 50 games each on 8v8 mixed, from both sides."""
+    strong = play("focus_kite", "nearest", "8v8_mixed", games=50, seed=11)
+    assert strong["win_rate"] >= 0.75 and strong["win"] > 3 * strong["loss"], strong
+    weak = play("nearest", "random", "8v8_mixed", games=50, seed=12)
+    assert weak["win_rate"] >= 0.9, weak
+    swapped = play("nearest", "focus_kite", "8v8_mixed", games=50, seed=13)
+    assert swapped["loss"] > 3 * swapped["win"], swapped
+    mirror = play("random", "random", "3v3", games=50, seed=14)
+    assert mirror["draw"] >= 40  # random play hardly ever finishes a battle
+    small = play("focus_kite", "nearest", "3v3", games=50, seed=15)
+    assert small["win"] > 3 * small["loss"], small
+    even = play("focus_kite", "focus_kite", "8v8_mixed", games=50, seed=16)
+    assert abs(even["win"] - even["loss"]) <= 15, even  # a mirror match: neither side is favoured
+
+
+def test_state_is_fixed_order_padded_and_inside_its_space():
+    for scenario in SCENARIO_NAMES:
+        env = parallel_env(scenario=scenario)
+        env.reset(seed=5)
+        s = env.state()
+        assert s.shape == (273,) and s.dtype == np.float32 and env.state_space.contains(s)
+        units = s[:240].reshape(2, 10, 12)
+        n = len(env.possible_agents)
+        assert (units[:, :n, 0] == 1).all() and (units[:, n:] == 0).all()  # alive flags, then zero padding
+    b = env.battle
+    b.alive[0, 0] = False
+    assert (b.state()[0, :12] == 0).all()  # a dead unit's row is zeros
+
+
+def test_render_is_an_rgb_frame():
+    for scenario in SCENARIO_NAMES:
+        env = parallel_env(scenario=scenario, render_mode="rgb_array")
+        env.reset(seed=0)
+        img = env.render()
+        sc = SCENARIOS[scenario]
+        assert img.shape == (sc.height * 16, sc.width * 16, 3) and img.dtype == np.uint8
+        assert img.shape[0] % 2 == 0 and img.shape[1] % 2 == 0
+        assert len(np.unique(img.reshape(-1, 3), axis=0)) > 4  # background, obstacles, both teams, bars
+    with pytest.warns(UserWarning, match="without render_mode"):
+        assert parallel_env().render() is None
+
+
+def test_the_batched_env_plays_the_same_game():
+    """make_vector: every copy one game, reset in the step, final observations and episodes kept."""
+    v = make_vector(6, seed=0, scenario="3v3", opponent="nearest")
+    v.want_state = True
+    first = v.reset(seed=0)
+    assert first.obs.shape == (6, 3, 101) and first.masks.shape == (6, 3, 18) and first.state.shape == (6, 273)
+    rng = np.random.default_rng(0)
+    now, episodes, outcomes = first, [], []
+    for _ in range(400):
+        acts = np.argmax(rng.random(now.masks.shape) * now.masks, -1)
+        res = v.step(acts)
+        assert not (res.terminated & res.truncated).any()
+        assert (res.obs[~res.alive] == 0).all() and (res.masks[..., 0] == 1).all()
+        ended = res.terminated | res.truncated
+        assert (res.final_obs[ended] != 0).any(-1).all()  # a last view for every slot that ended
+        # Infos (made lazily) for the agents that were alive before the step.
+        assert set(res.infos[0]) == {v.agents[k] for k in np.flatnonzero(now.alive[0])}
+        for ret, length, i in res.episodes:
+            assert res.episode_end[i] and res.alive[i].all()  # already the next episode
+            outcomes.append(next(iter(res.infos[i].values()))["outcome"])
+            assert res.final_state[i].shape == (273,)
+        episodes += res.episodes
+        now = res
+    assert len(episodes) >= 6 and set(outcomes) <= {-1, 0, 1} and -1 in outcomes  # random red loses to nearest
+    env = parallel_env(scenario="3v3")
+    env.reset(seed=0)
+    *_, pz_info = env.step({})
+    copy0 = next(iter(v.step(np.zeros((6, 3), np.int64)).infos[1].values()))
+    assert set(copy0) == set(next(iter(pz_info.values())))  # the same keys as the ParallelEnv's
+
+
+def test_summaries_and_views_for_upper_layers():
+    env = parallel_env(scenario="8v8_mixed")
+    env.reset(seed=0)
+    b = env.battle
+    s = squad_summary(b)
+    assert s.shape == (1, 4, 4) and np.allclose(s[0, :, :2], 1.0)  # everyone alive, full hp
+    assert team_summary(b).shape == (1, 2, 3)
+
+    class Adapter:  # what hdppo hands a 'module:function' view: its adapter, whose .env is the env
+        pass
+
+    adapter = Adapter()
+    adapter.env = env
+    assert squad_view({}, env.squads["squad_1"], adapter).shape == (4 * 4 + 1,)
+    assert team_view({}, env.possible_agents, adapter).shape == (4 * 4 + 6 + 1,)
+
+
+def test_rewards_for_a_hierarchy_are_registered_and_follow_orders():
+    for name in ("skirmish_follow_order", "skirmish_squad_objective"):
+        assert is_known_reward(name) and resolve_reward(name).vectorized
+    follow = resolve_reward("skirmish_follow_order")
+    objective = resolve_reward("skirmish_squad_objective")
+    # Order = [target squad (2) | advance, hold, retreat | tight, loose].
+    advance_on_0 = np.array([1, 0, 1, 0, 0, 1, 0], np.float32)
+    retreat = np.array([1, 0, 0, 0, 1, 1, 0], np.float32)
+    toward = {"dealt_to": np.zeros(2), "approach": np.array([0.9, 0.2]), "moved": 1.0, "retreat": -0.9,
+              "cohesion": 1.0, "spacing": 2.0}
+    back = dict(toward, approach=np.array([-0.9, -0.2]), retreat=0.9)
+    r = follow(command=np.stack([advance_on_0, advance_on_0, retreat, retreat]), info=[toward, back, toward, back])
+    assert r.shape == (4,) and r[0] > 0 > r[1] and r[3] > 0 > r[2]
+    hit = dict(toward, dealt_to=np.array([12.0, 0.0]), approach=np.zeros(2), moved=0.0)
+    assert follow(command=advance_on_0, info=hit) > follow(command=advance_on_0, info=dict(hit, dealt_to=np.array([0.0, 12.0])))
+    # Strategy command for 2 squads x (engage 0, engage 1, hold): squad 1 told to engage enemy squad 1.
+    cmd = np.array([0, 0, 1, 0, 1, 0], np.float32)
+    member = {"squad": 1, "dealt_to": np.array([0.0, 10.0]), "approach": np.zeros(2), "taken": 0.0, "dealt": 10.0,
+              "depth": 0.3}
+    wrong = dict(member, dealt_to=np.array([10.0, 0.0]))
+    r = objective(command=np.stack([cmd, cmd]), info=[{"red_4": member, "red_5": {}}, {"red_4": wrong}])
+    assert r[0] > 0 and r[1] == 0
+    # The env's infos carry what these read.
+    env = parallel_env(scenario="8v8_mixed", opponent="nearest")
+    env.reset(seed=0)
+    *_, info = env.step(env.scripted_actions("nearest"))
+    assert follow(command=np.stack([advance_on_0] * 8), info=list(info.values())).shape == (8,)
+
+
+def test_hierarchy_specs_build_over_squads_with_both_env_kinds():
+    """What configs/skirmish_hierarchy.yaml will need: squads as lanes, orders and objectives as
+    commands, the rewards above, squad views (ParallelEnv) or state (vector)."""
+    from hdppo.hierarchies.engine import Sampler, Track
+    from hdppo.hierarchies.spec import probe_env
+    from hdppo.policies.networks import ActorCritic
+    from hdppo.policies.normalizers import ObservationNormalizer, RewardScaler
+
+    squads = {"squads": parallel_env().squads}
+    for env_cfg, squad_source in [
+            ({"type": "pettingzoo", "entry_point": "hdppo.envs.builtin.skirmish:parallel_env"},
+             "hdppo.envs.builtin.skirmish:squad_view"),
+            ({"type": "vector", "entry_point": "hdppo.envs.builtin.skirmish:make_vector"}, "env")]:
+        env_cfg["kwargs"] = {"scenario": "8v8_mixed", "opponent": "nearest"}
+        layers = [
+            {"name": "strategy", "period": 4, "agents": "all", "observation": {"source": "state"},
+             "action": {"type": "multidiscrete", "nvec": [3, 3]}, "reward": {"env": 1.0}},
+            {"name": "squad", "period": 2, "agents": squads, "observation": {"source": squad_source, "command": True},
+             "action": {"type": "multidiscrete", "nvec": [2, 3, 2]},
+             "reward": {"env": 0.0, "intrinsic": 1.0, "intrinsic_fn": "skirmish_squad_objective"}},
+            {"name": "control", "observation": {"source": "env", "command": True}, "action": {"type": "env"},
+             "reward": {"env": 0.5, "intrinsic": 1.0, "intrinsic_fn": "skirmish_follow_order"},
+             "policy": {"central_critic": True}}]
+        small = {"ppo": {"minibatch_size": 64}, "dppo": {"num_workers": 1, "num_envs_per_worker": 2, "train_batch_size": 256}}
+        cfg = validate(tiny_config(env=env_cfg, layers=[layer | small for layer in layers]))
+        venv, first, specs = probe_env(cfg, 0, 2)
+        assert [len(s.lanes) for s in specs[:-1]] == [1, 2] and specs[-1].mask_dim == 18
+        pol = {s.name: ActorCritic(s.obs_dim, s.action_space, critic_dim=s.critic_dim) for s in specs}
+        norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
+        tracks = {s.name: Track(0.99, 0.95, True, RewardScaler(0, 0.99)) for s in specs}
+        sampler = Sampler(specs, venv, pol, norms, tracks, first=first)
+        for _ in range(60):
+            sampler.step()
+        out = sampler.harvest()
+        sampler.close()
+        assert {name: len(h.batch) > 0 for name, h in out.items()} == {"strategy": True, "squad": True, "control": True}
+        assert out["control"].intrinsic_reward != 0.0 and out["squad"].intrinsic_reward != 0.0
+
+
+def test_training_by_config_flat_mappo(tmp_path):
+    """A few updates of flat MAPPO (central critic) by config, through the ParallelEnv and the batched env."""
+    from hdppo.platform.config import load_config
+    from hdppo.platform.trainer import Trainer
+
+    from conftest import ROOT
+
+    preset = load_config(ROOT / "configs" / "skirmish_flat.yaml")
+    assert preset.layers[0].policy.central_critic and preset.env.type == "vector"
+    for env in ({"type": "pettingzoo", "entry_point": "hdppo.envs.builtin.skirmish:parallel_env",
+                 "kwargs": {"scenario": "3v3", "opponent": "random", "max_steps": 40}},
+                {"type": "vector", "entry_point": "hdppo.envs.builtin.skirmish:make_vector",
+                 "kwargs": {"scenario": "8v8_mixed", "opponent": "nearest", "max_steps": 40}}):
+        layer = {"name": "control", "policy": {"hidden": [32, 32], "central_critic": True},
+                 "ppo": {"minibatch_size": 128, "num_epochs": 1},
+                 "dppo": {"num_workers": 1, "num_envs_per_worker": 4, "train_batch_size": 512}}
+        cfg = validate(tiny_config(env=env, layers=[layer],
+                                   train={"total_env_steps": 400, "checkpoint_every": 100, "eval_episodes": 2}))
+        summary = Trainer(cfg, tmp_path / env["type"], quiet=True).train()
+        assert summary["updates"] >= 1 and np.isfinite(summary["eval_return_mean"])
