@@ -32,7 +32,7 @@ from ..envs.errors import EnvError
 from ..envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions
 from .intrinsic import resolve
 from .spec import LayerSpec
-from ..platform.batch import Batch
+from ..platform.batch import ID_COLUMNS, Batch
 from ..policies.gae import decision_gae
 from ..policies.networks import ActorCritic
 from ..policies.normalizers import ObservationNormalizer, RewardScaler
@@ -142,6 +142,7 @@ class _Buffers:
                 for k in self.FIELDS}
         out |= {k: np.zeros((T, N, L), bool) for k in self.FLAGS}
         out["version"] = np.zeros((T, N, L), np.int64)
+        out["at_step"] = np.zeros((T, N, L), np.int64)  # the copy's env step at which the row was decided
         return out
 
     def _grow(self, cap: int) -> None:
@@ -233,6 +234,11 @@ class Sampler:
         self.command_counts = {s.name: np.zeros(s.cfg.action.n or 0, np.int64) for s in specs
                                if not s.bottom and s.cfg.action.type == "discrete"}
         self.env_steps = 0
+        # Sample ids (Batch.ids): this sampler's worker incarnation, the number of its first copy,
+        # and the env steps each copy has taken (every copy steps together).
+        self.source = 0
+        self.copy_base = 0
+        self.copy_steps = 0
         self.t = 1
         if hasattr(venv, "keep_raw"):  # raw observation dicts cost a dict update per copy and step
             venv.keep_raw = any(s.obs_fn is not None for s in specs)
@@ -357,6 +363,7 @@ class Sampler:
                 buf.critic[row] = shaped(crit)
             buf.decided[row] = True
             buf.version[row] = self.version[p.name]
+            buf.at_step[row] = self.copy_steps
             if self.bonus is not None:  # rows start at 0 (see _Buffers.carry_over): only a bonus is written
                 bonus = shaped(self.bonus(p.name, obs))
                 buf.R[row] = bonus
@@ -370,6 +377,7 @@ class Sampler:
                 env_in[p.name] = (p.member_obs(now.obs), self._command_in(p))  # type: ignore[assignment]
         res = self.venv.step(self.env_act)
         self.env_steps += self.N
+        self.copy_steps += 1
         self._after_step(res, env_in)
         self.now = res
         self.t += 1
@@ -569,7 +577,8 @@ class Sampler:
             v = buf.value[:T][sel]
             batch = Batch(obs=buf.obs[:T][sel], actions=buf.act[:T][sel], logp=buf.logp[:T][sel], values=v,
                           advantages=a.astype(np.float32), returns=(a + v).astype(np.float32),
-                          masks=buf.mask[:T][sel], critic_obs=buf.critic[:T][sel], versions=buf.version[:T][sel])
+                          masks=buf.mask[:T][sel], critic_obs=buf.critic[:T][sel], versions=buf.version[:T][sel],
+                          ids=self._ids(buf, sel))
             counts = self.command_counts.get(p.name)
             out[p.name] = Harvest(batch, float(buf.env_r[:T][sel].sum()), float(buf.int_r[:T][sel].sum()),
                                   float(buf.bonus[:T][sel].sum()),
@@ -579,6 +588,22 @@ class Sampler:
             c[:] = 0
         self.t = 1
         return out
+
+    def _ids(self, buf: _Buffers, sel: np.ndarray) -> np.ndarray:
+        """Ids ``[k, 4]`` (see hdppo.platform.batch) of the rows ``sel`` ``[T, N, L]``, in the
+        order a boolean index takes them."""
+        _, n, lane = np.nonzero(sel)
+        ids = np.empty((len(n), ID_COLUMNS), np.int64)
+        ids[:, 0] = self.source
+        ids[:, 1] = self.copy_base + n
+        ids[:, 2] = buf.at_step[: len(sel)][sel]
+        ids[:, 3] = lane
+        return ids
+
+    def unharvested_ids(self) -> dict[str, np.ndarray]:
+        """Per recorded layer, the ids of the rows decided since the last harvest (carried-over
+        ones included): the samples lost if this rollout fails now."""
+        return {name: self._ids(buf, buf.decided[: min(self.t + 1, buf.cap)]) for name, buf in self.buffers.items()}
 
     def decided_count(self, name: str) -> int:
         """Transitions decided in this rollout so far (the carried-over row excluded)."""

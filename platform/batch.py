@@ -7,6 +7,21 @@ from typing import Optional
 import numpy as np
 import torch
 
+# Columns of ``Batch.ids``: each sample's origin. A sample is the decision of one lane (an agent
+# slot, or a squad of an upper layer) of one env copy at one env step, so (worker, copy, step)
+# names an env step of a copy and the lane tells that step's samples apart (a flat env has one
+# lane, 0). ``ID_WORKER`` is the worker's incarnation (a replacement worker gets a new one);
+# ``ID_COPY`` counts the env copies that incarnation has made (fresh copies after a failed
+# rollout get new numbers); ``ID_STEP`` is the copy's env step, from 0, at which the action was
+# chosen (for an upper layer: the first step of its period). No two samples of a run share an id.
+ID_WORKER, ID_COPY, ID_STEP, ID_LANE = range(4)
+ID_COLUMNS = 4
+
+
+def no_ids(n: int = 0) -> np.ndarray:
+    """``[n, 4]`` ids of samples whose origin is unknown (-1), or an empty id array."""
+    return np.full((n, ID_COLUMNS), -1, np.int64)
+
 
 @dataclass
 class Batch:
@@ -22,6 +37,7 @@ class Batch:
     critic_obs: np.ndarray = None   # [B, state_dim] for a centralized critic, or [B, 0]
     versions: np.ndarray = None     # [B] int64: the weights version that chose each action (staleness)
     weights: np.ndarray = None      # [B] float32 loss weight of each sample (1; less for stale samples)
+    ids: np.ndarray = None          # [B, 4] int64 origin of each sample (ID_* columns); not used by the loss
 
     def __post_init__(self) -> None:
         n = self.obs.shape[0]
@@ -33,6 +49,8 @@ class Batch:
             self.versions = np.zeros(n, np.int64)
         if self.weights is None:
             self.weights = np.ones(n, np.float32)
+        if self.ids is None:
+            self.ids = no_ids(n)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -45,7 +63,8 @@ class Batch:
         return Batch(**{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in fields(Batch)})
 
     def to_torch(self) -> "TorchBatch":
-        return TorchBatch(**{f.name: torch.as_tensor(getattr(self, f.name)) for f in fields(self)})
+        """What the loss reads, as tensors (the ids stay behind: they never enter a minibatch)."""
+        return TorchBatch(**{f.name: torch.as_tensor(getattr(self, f.name)) for f in fields(TorchBatch)})
 
 
 @dataclass
@@ -95,6 +114,8 @@ class RolloutStats:
     obs_moments: Optional[tuple] = None
     action_moments: Optional[tuple] = None
     coverage: Optional[np.ndarray] = None
+    # Mode dppo with diagnostics.accounting: the ids of the samples that stay on the worker.
+    ids: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         if self.num_samples < 0:

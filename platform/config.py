@@ -399,6 +399,9 @@ class DiagnosticsConfig(_Strict):
     every: int = Field(10, ge=0, description="Updates between state-coverage images (and, in mode central, "
                        "gradient-agreement measurements); 0 turns them off.")
     coverage_points: int = Field(128, ge=2, description="States each worker sends for the coverage image.")
+    accounting: bool = Field(False, description="Keep, per layer, the id of every sample trained or dropped (stale, "
+                             "or its rollout failed) in the driver, for tests and debugging (DPPOGroup.accounting); "
+                             "32 bytes a sample. Samples carry their ids either way.")
 
 
 class RayConfig(_Strict):

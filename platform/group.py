@@ -18,14 +18,16 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 
 from . import metrics as M
+from .batch import no_ids
 from .config import Config, GroupSpec
 from .devices import resolve_device
 from .errors import HdppoError, RayStartError
 from .learner import Learner
-from .messages import UpdateResult
-from .rollout_worker import RolloutWorker
+from .messages import Accounting, UpdateResult
+from .rollout_worker import LOST_IDS, RolloutWorker
 from .sync_modes import Call, Source, make_sync_mode
 
 PLACEMENT_TIMEOUT_S = 120
@@ -78,10 +80,14 @@ class DPPOGroup:
                          for name in layers}
         self._worker_args = (service, worker_cpus)
         # Each incarnation of a worker has its own number, so a result is never mistaken for a
-        # later worker's at the same index (after a replacement, or a shrink and a grow).
+        # later worker's at the same index (after a replacement, or a shrink and a grow); the
+        # worker stamps it into its samples' ids.
         self._incarnations = itertools.count()
-        self.workers = [self._make_worker(i) for i in range(num_workers)]
         self.generation = [next(self._incarnations) for _ in range(num_workers)]
+        self.workers = [self._make_worker(i, gen) for i, gen in enumerate(self.generation)]
+        # diagnostics.accounting: per layer, the ids of every sample trained or dropped, by fate.
+        self._ledger: dict[str, list[Accounting]] | None = (
+            {name: [] for name in layers} if cfg.diagnostics.accounting else None)
         self.replaced = 0
         self._closed = False
         self.sync = make_sync_mode(self.dppo.sync)
@@ -105,9 +111,10 @@ class DPPOGroup:
         backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
         self.env_steps = float(self.counters()["env_steps"])
 
-    def _make_worker(self, index: int) -> Any:
+    def _make_worker(self, index: int, uid: int) -> Any:
         service, cpus = self._worker_args
-        return self.backend.make(RolloutWorker, self.cfg, self.layers, index, self.num_workers, service, num_cpus=cpus)
+        return self.backend.make(RolloutWorker, self.cfg, self.layers, index, self.num_workers, service, uid,
+                                 num_cpus=cpus)
 
     def sample(self, index: int) -> Call:
         """Start worker ``index``'s next rollout (sync modes call this): the whole rollouts in mode
@@ -120,8 +127,8 @@ class DPPOGroup:
         if self._closed:  # an update abandoned on a stop, still running when the group shut down
             raise RuntimeError(f"group {self.name!r} is shut down") from cause
         self.backend.kill(self.workers[i])
-        self.workers[i] = self._make_worker(i)
         self.generation[i] = next(self._incarnations)
+        self.workers[i] = self._make_worker(i, self.generation[i])
         self.replaced += 1
         self.sync.on_worker_failure(self, i, cause)
         print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
@@ -137,6 +144,9 @@ class DPPOGroup:
         cause = getattr(error, "cause", None) or error
         if isinstance(cause, HdppoError):
             raise cause
+        lost = getattr(cause, LOST_IDS, None) or getattr(error, LOST_IDS, None)
+        for layer, ids in (lost or {}).items():  # the env steps of a rollout that failed: counted, never trained
+            self._record_failed(layer, ids)
         if self._current(source):
             self._replace(source[0], cause)
 
@@ -177,10 +187,30 @@ class DPPOGroup:
             result.metrics[M.PERF_UPDATE_S] = wall - sample_s
             result.metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall
             result.metrics[M.PERF_NUM_WORKERS] = float(len(self.workers))
+        for layer, result in out.items():
+            if result.accounting is not None:
+                self._record(layer, result.accounting)
         self._updates += 1
         if self._meter is not None:
             self._elastic(out[self.layers[0]].metrics)
         return out
+
+    # -- accounting (diagnostics.accounting) ---------------------------------------------------
+    def _record(self, layer: str, entry: Accounting) -> None:
+        if self._ledger is not None:
+            self._ledger[layer].append(entry)
+
+    def _record_failed(self, layer: str, ids: np.ndarray) -> None:
+        self._record(layer, Accounting(no_ids(), no_ids(), ids))
+
+    def accounting(self, layer: str) -> Accounting:
+        """Every sample of ``layer`` that reached this group so far, by fate: trained, dropped as
+        stale, or dropped because its rollout failed (ids as in hdppo.platform.batch). Needs
+        ``diagnostics.accounting``. Samples in flight on a worker that died (killed, or removed
+        by a resize) never reach the group and are in none of them."""
+        if self._ledger is None:
+            raise ValueError("DPPOGroup.accounting needs diagnostics.accounting: true in the config")
+        return Accounting.concat(self._ledger[layer])
 
     def _central(self, rollouts: list[Any]) -> dict[str, UpdateResult]:
         b = self.backend
@@ -217,6 +247,9 @@ class DPPOGroup:
         b, learner = self.backend, self.learners[layer]
         while True:
             live = [j for j, src in enumerate(holders) if self._current(src)]
+            for j in set(range(len(holders))) - set(live):  # a dead worker's samples are lost with it
+                if stats[j][layer].ids is not None:
+                    self._record_failed(layer, stats[j][layer].ids)
             stats[:], holders[:] = [stats[j] for j in live], [holders[j] for j in live]
             if not holders:
                 raise RuntimeError(f"group {self.name!r}: every worker failed during the update of layer {layer!r}")
@@ -301,8 +334,8 @@ class DPPOGroup:
         for w in self.workers:
             b.call(w, "resize", num_workers)
         while len(self.workers) < num_workers:
-            self.workers.append(self._make_worker(len(self.workers)))
             self.generation.append(next(self._incarnations))
+            self.workers.append(self._make_worker(len(self.workers), self.generation[-1]))
         self.sync.on_resize(self, num_workers)
         return num_workers
 

@@ -18,11 +18,11 @@ import torch
 
 from . import metrics as M
 from .backend import call_service, make_backend
-from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of
+from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of, no_ids
 from .config import Config
 from .devices import check_visible
 from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
-from .messages import GradientResult, UpdateResult
+from .messages import Accounting, GradientResult, UpdateResult
 from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
 from ..policies.networks import ActorCritic
@@ -133,19 +133,20 @@ class Learner:
         """Workers return one entry per layer of their group; keep this layer's."""
         return [x[self.layer.name] if isinstance(x, dict) else x for x in items]
 
-    def _fresh_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], np.ndarray, int]:
+    def _fresh_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], np.ndarray, np.ndarray]:
         """Per sample: drop what is more than ``max_lag`` versions old, down-weight the rest if
-        configured. Returns the rollouts that keep any sample, the kept samples' lags, and how
-        many samples were dropped."""
+        configured. Returns the rollouts that keep any sample, the kept samples' lags, and the
+        ids ``[k, 4]`` of the samples dropped."""
         d = self.layer.dppo
         kept: list[Rollout] = []
         lags: list[np.ndarray] = []
-        dropped = 0
+        dropped = [no_ids()]
         for r in rollouts:
             lag = self.version - r.batch.versions
             w = staleness_weights(lag, d.max_lag, d.stale, d.stale_decay)
             keep = w > 0
-            dropped += int((~keep).sum())
+            if not keep.all():
+                dropped.append(r.batch.ids[~keep])
             if not keep.any():
                 continue
             batch = r.batch if keep.all() else r.batch.take(np.flatnonzero(keep))
@@ -153,13 +154,22 @@ class Learner:
                 batch = dataclasses.replace(batch, weights=batch.weights * w[keep])
             kept.append(Rollout(batch, r.stats))
             lags.append(lag[keep])
-        return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), dropped
+        return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), np.concatenate(dropped)
+
+    def _accounting(self, trained: Any, stale: np.ndarray | None = None) -> Accounting | None:
+        """What an update trained (ids, or a function making them) and dropped as stale, if
+        ``diagnostics.accounting`` asks for it."""
+        if not self.cfg.diagnostics.accounting:
+            return None
+        return Accounting(trained() if callable(trained) else trained, no_ids() if stale is None else stale, no_ids())
 
     def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> UpdateResult:
         t0 = time.perf_counter()
-        fresh, lags, dropped = self._fresh_samples(self._mine(rollouts))
+        fresh, lags, stale = self._fresh_samples(self._mine(rollouts))
+        dropped = len(stale)
         if not fresh:
-            return UpdateResult({M.PERF_DROPPED_STALE: float(dropped)}, self.env_steps, self.version)
+            return UpdateResult({M.PERF_DROPPED_STALE: float(dropped)}, self.env_steps, self.version,
+                                accounting=self._accounting(no_ids(), stale))
         rollouts = tuple(fresh)
         stats = [r.stats for r in rollouts]
         coefs = self.coefficients()
@@ -186,6 +196,7 @@ class Learner:
             if self._kl_exceeded(epoch_kl):
                 break
         result = self._finish(stats, logs, coefs, time.perf_counter() - t0, publish=self.bonus is None, lags=lags)
+        result.accounting = self._accounting(batch.ids, stale)
         out = result.metrics
         out[M.PERF_DROPPED_STALE] = float(dropped)
         if cosine is not None:
@@ -271,6 +282,8 @@ class Learner:
         stats, coefs, t0 = self._pending
         logs, self._dppo_logs = self._dppo_logs, []
         result = self._finish(stats, logs, coefs, time.perf_counter() - t0)
+        # The samples stay on the workers; their ids came with the statistics.
+        result.accounting = self._accounting(lambda: np.concatenate([no_ids()] + [s.ids for s in stats]))
         result.metrics[M.PERF_GRAD_BYTES] = float(self._grad_bytes)
         # The same messages as raw float32 payload (4 bytes a parameter, no framing): the baseline
         # a compression ratio is stated against.

@@ -26,6 +26,10 @@ from .batch import Batch, Rollout, RolloutStats
 from .config import Config, worker_quota
 from .diagnostics import moments
 from .messages import GradientResult
+
+# The attribute a failed ``sample`` call's exception carries: per recorded layer, the ids of the
+# samples its rollout had collected, lost with it (the group counts them as failed).
+LOST_IDS = "hdppo_lost_ids"
 from ..policies.bonuses import make_bonus
 from ..policies.compression import compress
 from ..policies.networks import ActorCritic
@@ -35,7 +39,8 @@ from ..policies.schedules import linear
 
 
 class RolloutWorker:
-    def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any):
+    def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any,
+                 uid: int | None = None):
         torch.set_num_threads(1)  # many workers share a machine; one thread each avoids oversubscription
         # Envs may read which worker made them (e.g. to vary conditions per worker). A Ray actor
         # is its own process; on the local backend the last worker made wins.
@@ -43,6 +48,9 @@ class RolloutWorker:
         self.cfg = cfg
         self.layers = list(layers)              # the layers this worker records (its group's)
         self.index = worker_index
+        # This incarnation's number in its samples' ids (the group gives each worker it starts a new one).
+        self.uid = worker_index if uid is None else uid
+        self._copies_made = 0
         self.num_workers = num_workers
         self.service = service
         seed = cfg.train.seed + 10_007 * (worker_index + 1) + 101 * sum(map(ord, "".join(layers)))
@@ -81,6 +89,8 @@ class RolloutWorker:
         self.sampler = Sampler(self.specs, venv, self.policies, self.obs_norms, self._tracks,
                                bonus=self._bonus if self.bonuses else None, first=first)
         self.sampler.version = self.versions  # rows are stamped with the version that acted
+        self.sampler.source, self.sampler.copy_base = self.uid, self._copies_made
+        self._copies_made += self.sampler.N
         self._broken = False
 
     def _bonus(self, layer: str, obs: np.ndarray) -> np.ndarray:
@@ -129,8 +139,13 @@ class RolloutWorker:
             self._start_sampler(venv, first)
         try:
             harvests, episodes, env_steps = self.sampler.collect(quota, self._pull if refresh else None, refresh)
-        except BaseException:
+        except BaseException as exc:
             self._broken = True
+            try:
+                setattr(exc, LOST_IDS, {name: ids for name, ids in self.sampler.unharvested_ids().items()
+                                        if name in self.layers})
+            except Exception:  # noqa: BLE001 - an exception that takes no attributes: its samples go unreported
+                pass
             raise
         out: dict[str, Rollout] = {}
         for name in self.layers:
@@ -178,8 +193,13 @@ class RolloutWorker:
         return num_workers
 
     def sample_stats_only(self) -> dict[str, RolloutStats]:
-        """Mode ``dppo``: sample, keep the batches here, send back only the statistics."""
-        return {name: r.stats for name, r in self.sample().items()}
+        """Mode ``dppo``: sample, keep the batches here, send back only the statistics (with the
+        samples' ids under ``diagnostics.accounting``)."""
+        out = self.sample()
+        if self.cfg.diagnostics.accounting:
+            for r in out.values():
+                r.stats.ids = r.batch.ids
+        return {name: r.stats for name, r in out.items()}
 
     # -- mode dppo -----------------------------------------------------------------------------
     def gradient(self, weights: Any, epoch: int, minibatch: int, num_minibatches: int,

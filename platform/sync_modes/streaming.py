@@ -46,6 +46,8 @@ class Streaming(SyncMode):
             self._inflight[index] = group.sample(index)
 
     def on_resize(self, group: Any, num_workers: int) -> None:
+        """Removed workers' chunks stay in hand, arrived or not: a finished one outlives its actor
+        and is used as any other; one still in flight fails with its actor and is dropped as any
+        failed call is (no sample it collected counts)."""
         for i in [i for i in self._inflight if i >= num_workers]:
-            del self._inflight[i]
-        self._arrived = [c for c in self._arrived if c.source[0] < num_workers]
+            self._arrived.append(self._inflight.pop(i))
