@@ -1,6 +1,7 @@
 """Elastic worker pools: resize by `hdppo scale` and by the CPU-utilization policy, while training."""
 import pytest
 
+from accounting_checks import assert_accounted
 from conftest import tiny_config
 from hdppo.platform import metrics as M
 from hdppo.platform.cli import main
@@ -33,7 +34,8 @@ def _cfg(**dppo):
     return validate(tiny_config(
         layers=[{"ppo": {"minibatch_size": 64, "num_epochs": 2},
                  "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 256, **dppo}}],
-        train={"total_env_steps": 256 * 8, "checkpoint_every": 1000, "eval_episodes": 0, "seed": 4}))
+        train={"total_env_steps": 256 * 8, "checkpoint_every": 1000, "eval_episodes": 0, "seed": 4},
+        diagnostics={"accounting": True}))
 
 
 def _workers_and_samples(run_dir):
@@ -58,12 +60,19 @@ def test_hdppo_scale_resizes_a_training_group(ray_session, tmp_path, sync):
     trainer = Trainer(cfg, run_dir, hooks=[hook], quiet=True)
     try:
         summary = trainer.train()
+        group = trainer.groups[0]
     finally:
         trainer.shutdown()
     workers, samples = _workers_and_samples(run_dir)
     assert workers[:2] == [2, 2] and 1 in workers and workers[-1] == 2, workers
-    # Every env step was trained on exactly once: nothing lost or counted twice across resizes.
-    assert samples == summary["env_steps"] >= cfg.train.total_env_steps
+    # From the ids: no env step trained twice across the resizes, none lost between two known
+    # ones of a copy; the worker added back is a new incarnation (2), not worker 1 again.
+    ids = assert_accounted(group.accounting("control"))
+    assert set(ids["workers"].tolist()) <= {0, 1, 2} and not len(ids["failed"])
+    assert len(ids["trained"]) == samples and summary["env_steps"] >= cfg.train.total_env_steps
+    if sync == "sync":  # a barrier: every rollout whole, fresh and trained, one sample per env step
+        assert ids["workers"].tolist() == [0, 1, 2]
+        assert len(ids["trained"]) == summary["env_steps"] and not len(ids["stale"])
 
 
 def test_cpu_policy_resizes_while_training(tmp_path, monkeypatch):
@@ -79,11 +88,14 @@ def test_cpu_policy_resizes_while_training(tmp_path, monkeypatch):
     trainer = Trainer(cfg, tmp_path / "run", quiet=True)
     try:
         summary = trainer.train()
+        group = trainer.groups[0]
     finally:
         trainer.shutdown()
     workers, samples = _workers_and_samples(tmp_path / "run")
     assert workers[:3] == [1, 1, 2] and max(workers) == 3 and workers[-1] < 3, workers
-    assert samples == summary["env_steps"]
+    ids = assert_accounted(group.accounting("control"))
+    assert ids["workers"].tolist() == [0, 1, 2]
+    assert len(ids["trained"]) == samples == summary["env_steps"]
 
 
 def test_scale_command_errors(tmp_path, capsys):

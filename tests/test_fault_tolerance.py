@@ -1,8 +1,15 @@
-"""A worker that dies or whose env raises is replaced; its rollout is dropped, never counted twice."""
+"""A worker that dies or whose env raises is replaced; its rollout is dropped, never counted twice.
+
+Every run here keeps the sample ledger (``diagnostics.accounting``): the checks are on the
+samples' ids (see accounting_checks), not on counters that sum the same numbers twice.
+"""
+import numpy as np
 import pytest
 
+from accounting_checks import assert_accounted
 from conftest import tiny_config
 from hdppo.platform import metrics as M
+from hdppo.platform.batch import ID_STEP, ID_WORKER
 from hdppo.platform.config import validate
 from hdppo.platform.trainer import Trainer
 
@@ -13,7 +20,31 @@ def _cfg(tmp_path, backend, env=None):
         layers=[{"ppo": {"minibatch_size": 64, "num_epochs": 2},
                  "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 512}}],
         train={"total_env_steps": 2560, "checkpoint_every": 100, "eval_episodes": 1},
-        ray={"backend": backend}))
+        ray={"backend": backend}, diagnostics={"accounting": True}))
+
+
+def _train(trainer):
+    """Train; the summary and the control layer's ledger, checked (the group outlives shutdown)."""
+    try:
+        summary = trainer.train()
+        group = trainer.groups[0]
+    finally:
+        trainer.shutdown()
+    return summary, group, assert_accounted(group.accounting("control"))
+
+
+def _trained_samples(run_dir, tag=M.PERF_SAMPLES):
+    return sum(r["value"] for r in M.read_jsonl(run_dir / "metrics.jsonl") if r["tag"] == tag)
+
+
+def _assert_crashed_rollout_counted_failed(ids):
+    """The rollout that crashed: its samples all counted failed, all from one worker incarnation,
+    and the last steps that incarnation reported (nothing of it was trained after them)."""
+    failed = ids["failed"]
+    assert len(failed), "the crashed rollout's samples were not counted"
+    (uid,) = np.unique(failed[:, ID_WORKER])
+    mine = ids["trained"][ids["trained"][:, ID_WORKER] == uid]
+    assert not len(mine) or mine[:, ID_STEP].max() < failed[:, ID_STEP].min()
 
 
 @pytest.mark.parametrize("backend", ["local", "ray"])
@@ -21,18 +52,18 @@ def test_env_that_raises_is_replaced_and_training_goes_on(tmp_path, backend, req
     if backend == "ray":
         request.getfixturevalue("ray_session")
     env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed")}}
-    trainer = Trainer(_cfg(tmp_path, backend, env), tmp_path / "run", quiet=True)
-    try:
-        summary = trainer.train()
-        assert trainer.groups[0].replaced == 1
-    finally:
-        trainer.shutdown()
+    summary, group, ids = _train(Trainer(_cfg(tmp_path, backend, env), tmp_path / "run", quiet=True))
+    assert group.replaced == 1
     rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
     steps = [r["step"] for r in rows if r["tag"] == M.PERF_ENV_STEPS_PER_S]
     # Each update counts only the rollouts that arrived: one update has half a batch.
     increments = [b - a for a, b in zip([0] + steps, steps)]
     assert sorted(set(increments)) == [256, 512] and increments.count(256) == 1
     assert summary["env_steps"] == steps[-1] >= 2560
+    _assert_crashed_rollout_counted_failed(ids)
+    assert ids["workers"].tolist() == [0, 1, 2]  # the replacement is a new incarnation, and trained
+    # The counters agree with the ids: one trained sample per env step counted.
+    assert len(ids["trained"]) == summary["env_steps"] == _trained_samples(tmp_path / "run")
 
 
 @pytest.mark.parametrize("pipeline", [False, True])
@@ -49,32 +80,28 @@ def test_killed_worker_is_replaced(ray_session, tmp_path, pipeline):
 
     cfg = _cfg(tmp_path, "ray")
     cfg.layers[0].dppo.pipeline = pipeline
-    trainer = Trainer(cfg, tmp_path / "run", quiet=True, hooks=[kill_once])
-    try:
-        summary = trainer.train()
-        assert trainer.groups[0].replaced == 1 and trainer.groups[0].workers[0] is not killed[0]
-    finally:
-        trainer.shutdown()
-    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    samples = sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES)
-    assert samples == summary["env_steps"] >= 2560
+    summary, group, ids = _train(Trainer(cfg, tmp_path / "run", quiet=True, hooks=[kill_once]))
+    assert group.replaced == 1 and group.workers[0] is not killed[0]
+    # The killed worker's rollout in flight is unknown to the group (nothing of it came back);
+    # what it did deliver was trained once, and its replacement is a new incarnation.
+    assert not len(ids["failed"]) and ids["workers"].tolist() == [0, 1, 2]
+    assert len(ids["trained"]) == summary["env_steps"] == _trained_samples(tmp_path / "run") >= 2560
 
 
 @pytest.mark.parametrize("sync", ["soft", "async"])
 def test_streaming_modes_replace_failed_workers_without_counting_twice(ray_session, tmp_path, sync):
-    """Sync soft/async: a crashed chunk is dropped, its worker replaced once, the others' chunks used."""
+    """Sync soft/async: a crashed chunk is dropped, its worker replaced once, the others' chunks used.
+    max_lag 1: chunks that sampled through two updates are dropped as stale, and counted so."""
     env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed"), "at_step": 200}}
     cfg = _cfg(tmp_path, "ray", env)
     cfg.layers[0].dppo.sync = sync
-    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
-    try:
-        summary = trainer.train()
-        assert trainer.groups[0].replaced == 1
-    finally:
-        trainer.shutdown()
-    rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    samples = sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES)
-    assert samples == summary["env_steps"] >= 2560
+    cfg.layers[0].dppo.max_lag = 1
+    summary, group, ids = _train(Trainer(cfg, tmp_path / "run", quiet=True))
+    assert group.replaced == 1
+    _assert_crashed_rollout_counted_failed(ids)
+    run = tmp_path / "run"
+    assert len(ids["trained"]) == _trained_samples(run) and summary["env_steps"] >= 2560
+    assert len(ids["stale"]) == _trained_samples(run, M.PERF_DROPPED_STALE)
 
 
 # -- mode dppo: the samples stay on the workers, so a worker lost mid-update takes its shard with it
@@ -89,28 +116,21 @@ def _replaced_metric(run_dir):
     return [r["value"] for r in M.read_jsonl(run_dir / "metrics.jsonl") if r["tag"] == M.PERF_WORKERS_REPLACED]
 
 
-def _assert_replaced_once_counted_once(run_dir, summary):
-    """One worker replaced during the run, and every env step's sample used exactly once."""
+def _assert_replaced_once_counted_once(run_dir, summary, ids):
+    """One worker replaced during the run; the ledger sound (assert_accounted), and the counters
+    agree with it: one trained sample per env step counted."""
     replaced = _replaced_metric(run_dir)
     assert replaced[0] == 0 and replaced[-1] == 1
-    samples, steps = _samples_and_steps(run_dir, summary)
-    assert samples == steps >= 2560
-
-
-def _samples_and_steps(run_dir, summary):
-    rows = M.read_jsonl(run_dir / "metrics.jsonl")
-    return sum(r["value"] for r in rows if r["tag"] == M.PERF_SAMPLES), summary["env_steps"]
+    assert len(ids["workers"]) == 3
+    assert len(ids["trained"]) == summary["env_steps"] == _trained_samples(run_dir) >= 2560
 
 
 def test_dppo_mode_replaces_a_worker_whose_env_raises(tmp_path):
     env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed")}}
-    trainer = Trainer(_dppo_cfg("local", env), tmp_path / "run", quiet=True)
-    try:
-        summary = trainer.train()
-        assert trainer.groups[0].replaced == 1
-    finally:
-        trainer.shutdown()
-    _assert_replaced_once_counted_once(tmp_path / "run", summary)
+    summary, group, ids = _train(Trainer(_dppo_cfg("local", env), tmp_path / "run", quiet=True))
+    assert group.replaced == 1
+    _assert_replaced_once_counted_once(tmp_path / "run", summary, ids)
+    _assert_crashed_rollout_counted_failed(ids)
 
 
 def test_dppo_mode_redoes_an_update_when_a_worker_fails_during_it(tmp_path, monkeypatch):
@@ -127,15 +147,12 @@ def test_dppo_mode_redoes_an_update_when_a_worker_fails_during_it(tmp_path, monk
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(RolloutWorker, "gradient", flaky)
-    trainer = Trainer(_dppo_cfg("local"), tmp_path / "run", quiet=True)
-    try:
-        summary = trainer.train()
-        assert trainer.groups[0].replaced == 1
-    finally:
-        trainer.shutdown()
+    summary, group, ids = _train(Trainer(_dppo_cfg("local"), tmp_path / "run", quiet=True))
+    assert group.replaced == 1
     assert _replaced_metric(tmp_path / "run")[:2] == [0, 1]
-    samples, steps = _samples_and_steps(tmp_path / "run", summary)
-    assert samples == steps >= 2560
+    _assert_replaced_once_counted_once(tmp_path / "run", summary, ids)
+    # The failed worker's shard of the redone update: counted failed, whole (256 samples).
+    assert len(ids["failed"]) == 256 and np.unique(ids["failed"][:, ID_WORKER]).size == 1
     assert summary["eval_return_mean"] > 0
 
 
@@ -168,9 +185,9 @@ def test_dppo_mode_replaces_a_killed_worker(ray_session, tmp_path, when):
             return real_call(handle, method, *args)
 
         trainer.backend.call = call
-    try:
-        summary = trainer.train()
-        assert killed and trainer.groups[0].replaced == 1 and trainer.groups[0].workers[0] is not killed[0]
-    finally:
-        trainer.shutdown()
-    _assert_replaced_once_counted_once(tmp_path / "run", summary)
+    summary, group, ids = _train(trainer)
+    assert killed and group.replaced == 1 and group.workers[0] is not killed[0]
+    _assert_replaced_once_counted_once(tmp_path / "run", summary, ids)
+    # Killed mid-update, its shard (statistics in hand, samples on the dead actor) counts failed;
+    # killed between updates, its rollout in flight never reached the group.
+    assert len(ids["failed"]) == (256 if when == "mid_update" else 0)

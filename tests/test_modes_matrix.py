@@ -1,7 +1,9 @@
 """Every sync mode with every env kind, flat and hierarchical, through the one sampler: a few
-updates each on the in-process backend, checking that samples arrive for every layer."""
+updates each on the in-process backend, checking that samples arrive for every layer, and,
+from their ids, that none is trained twice or lost between two that were."""
 import pytest
 
+from accounting_checks import assert_accounted
 from conftest import tiny_config
 from hdppo.platform import metrics as M
 from hdppo.platform.config import validate
@@ -9,6 +11,8 @@ from hdppo.platform.trainer import Trainer
 
 CORRIDOR = {"type": "pettingzoo", "entry_point": "hdppo.envs.builtin.corridor:parallel_env",
             "kwargs": {"num_agents": 2, "length": 7, "max_steps": 20}}
+# Env kinds whose every agent acts at every step until the episode ends (so each lane's steps run 0..last).
+EVERY_STEP = {"gymnasium", "gymnasium_vector", "vector"}
 ENVS = {
     "gymnasium": ({"id": "CartPole-v1"}, False),
     "gymnasium_vector": ({"type": "gymnasium_vector", "id": "CartPole-v1"}, False),
@@ -37,10 +41,14 @@ def test_every_sync_mode_with_every_env_kind(tmp_path, kind, sync, mode):
     env, hierarchy = ENVS[kind]
     cfg = validate(tiny_config(env=env, layers=_layers(hierarchy, sync, mode),
                                train={"total_env_steps": 600 if hierarchy else 400, "checkpoint_every": 100,
-                                      "eval_episodes": 1}))
-    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+                                      "eval_episodes": 1}, diagnostics={"accounting": True}))
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    summary = trainer.train()
     rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
     for layer in cfg.layers:
         samples = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_SAMPLES]
         assert samples and sum(samples) > 0, (layer.name, summary)
+        group = next(g for g in trainer.groups if layer.name in g.layers)
+        ids = assert_accounted(group.accounting(layer.name), every_step=kind in EVERY_STEP)
+        assert len(ids["trained"]) == sum(samples) and not len(ids["failed"])
     assert summary["env_steps"] >= cfg.train.total_env_steps

@@ -77,10 +77,12 @@ def test_sync_mode_config_errors():
 
 
 def _rollout(versions, worker=0):
+    """One sample per env step of one copy; ids (worker, copy 0, step k, lane 0)."""
     n = len(versions)
+    ids = np.stack([np.full(n, worker), np.zeros(n, np.int64), np.arange(n), np.zeros(n, np.int64)], axis=1)
     b = Batch(np.zeros((n, 4), np.float32), np.zeros((n, 1), np.float32), np.zeros(n, np.float32),
               np.zeros(n, np.float32), np.arange(n, dtype=np.float32), np.zeros(n, np.float32),
-              versions=np.asarray(versions, np.int64))
+              versions=np.asarray(versions, np.int64), ids=ids)
     return Rollout(b, RolloutStats(worker=worker, version=int(min(versions)), env_steps=n, sample_s=0.0))
 
 
@@ -89,15 +91,22 @@ def test_samples_older_than_max_lag_are_never_used(rule):
     import gymnasium as gym
 
     cfg = _cfg(sync="soft", max_lag=2, stale=rule)
+    cfg.diagnostics.accounting = True
     learner = Learner(cfg, 0, 4, gym.spaces.Discrete(2), ParameterService())
     learner.version = 10
     kept, lags, dropped = learner._fresh_samples([_rollout([10, 9, 8, 7, 3]), _rollout([5, 6], worker=1)])
-    assert len(kept) == 1 and dropped == 4
+    assert len(kept) == 1 and dropped[:, [0, 2]].tolist() == [[0, 3], [0, 4], [1, 0], [1, 1]]  # (worker, step)
     assert lags.tolist() == [0, 1, 2] and kept[0].batch.versions.tolist() == [10, 9, 8]
+    assert kept[0].batch.ids[:, 2].tolist() == [0, 1, 2]  # the ids follow their samples
     expect = [1, 1, 1] if rule == "drop" else [1, 0.5, 0.25]
     assert kept[0].batch.weights.tolist() == expect
-    out = learner.update_central(_rollout([10, 9, 8, 7, 3])).metrics
-    assert out[M.PERF_MAX_STALENESS] == 2 and out[M.PERF_DROPPED_STALE] == 2
+    result = learner.update_central(_rollout([10, 9, 8, 7, 3]))
+    assert result.metrics[M.PERF_MAX_STALENESS] == 2 and result.metrics[M.PERF_DROPPED_STALE] == 2
+    acc = result.accounting
+    assert acc.trained[:, 2].tolist() == [0, 1, 2] and acc.stale[:, 2].tolist() == [3, 4] and not len(acc.failed)
+    # Only stale samples: nothing trained, all of them counted (the version stays).
+    acc = learner.update_central(_rollout([3, 4], worker=2)).accounting
+    assert not len(acc.trained) and acc.stale[:, [0, 2]].tolist() == [[2, 0], [2, 1]]
 
 
 # -- end to end --------------------------------------------------------------------------------
@@ -128,12 +137,19 @@ def test_streaming_modes_learn_within_the_staleness_bound(ray_session, tmp_path,
 
 def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
     """On Ray the learner publishes while the workers sample: a soft-mode chunk collected during an
-    update changes weights in the middle (its samples' recorded versions differ), and a sync-mode
-    rollout never does. (In one process this cannot happen: nothing publishes during a rollout.)"""
+    update adopts the update's new version in the middle, and a sync-mode rollout never does. (In
+    one process this cannot happen: nothing publishes during a rollout.)
+
+    Each sample's id gives the env step it was taken at, and its version the weights that chose
+    it. A chunk starts by pulling the newest published version, so its first step's version was
+    the newest at its start: a higher version at a later step was published by the learner
+    after the chunk had begun, and adopted at a refresh (every ``refresh_every`` steps of the chunk)."""
     import gymnasium as gym
 
     from hdppo.platform.backend import RayBackend
     from hdppo.platform.group import DPPOGroup
+
+    refresh_every = 4
 
     def chunks(sync):
         # Slow steps (3 ms) and long chunks (160 steps) against a short update: each chunk in
@@ -142,7 +158,7 @@ def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
             env={"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": 3, "max_steps": 50}},
             layers=[{"ppo": {"minibatch_size": 160, "num_epochs": 1},
                      "dppo": {"num_workers": 2, "num_envs_per_worker": 1, "train_batch_size": 320, "sync": sync,
-                              "chunks_per_worker": 1, "refresh_every": 4, "max_lag": 3}}]))
+                              "chunks_per_worker": 1, "refresh_every": refresh_every, "max_lag": 3}}]))
         b = RayBackend()
         service = b.make(ParameterService, num_cpus=0)
         dims = {"control": {"obs_dim": 4, "action_space": gym.spaces.Discrete(2)}}
@@ -159,15 +175,27 @@ def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
         try:
             for _ in range(6):
                 group.iteration()
-            return [ray_session.get(ref)["control"].batch.versions for ref in seen]
+            return [_versions_by_step(ray_session.get(ref)["control"].batch) for ref in seen]
         finally:
             group.shutdown()
             b.kill(service)
 
     soft = chunks("soft")
-    assert any(len(set(v.tolist())) > 1 for v in soft), [sorted(set(v.tolist())) for v in soft]
-    assert all(np.all(np.diff(v.reshape(-1)) >= 0) for v in soft)  # refreshed forward, in order
+    changes = [np.flatnonzero(np.diff(v)) + 1 for v in soft]  # steps into the chunk where the version changed
+    assert any(len(c) for c in changes), [sorted(set(v.tolist())) for v in soft]
+    assert all(np.all(np.diff(v) >= 0) for v in soft)  # refreshed forward only
+    assert all(np.all(c % refresh_every == 0) for c in changes), changes  # at refreshes, never elsewhere
     assert all(len(set(v.tolist())) == 1 for v in chunks("sync"))
+
+
+def _versions_by_step(batch):
+    """The version that acted at each env step of a one-copy chunk, in step order, from the ids."""
+    from hdppo.platform.batch import ID_STEP
+
+    steps = batch.ids[:, ID_STEP]
+    assert np.unique(batch.ids[:, :2], axis=0).shape[0] == 1  # one worker incarnation, one copy
+    assert np.array_equal(np.sort(steps), np.arange(steps.min(), steps.min() + len(steps)))  # every step once
+    return batch.versions[np.argsort(steps)]
 
 
 def test_dynamic_batching_lets_fast_workers_contribute_more(ray_session, tmp_path):
@@ -297,14 +325,18 @@ def test_pipeline_reissues_a_failed_workers_call_and_follows_resizes():
     assert mode.collect(g)[1] == [(0, 0)]
 
 
-def test_streaming_modes_forget_removed_workers():
+def test_streaming_modes_stop_asking_removed_workers():
+    """A removed worker gets no new chunk; the one it had in flight stays in hand (used if it
+    finished, dropped as a failed call if its actor died first), so it is never silently lost."""
     from hdppo.platform.sync_modes import make_sync_mode
 
     g, soft = _FakeGroup(3, chunks=2), make_sync_mode("soft")
     refs, sources = soft.collect(g)
     assert len(refs) == 6 and {i for i, _ in sources} == {0, 1, 2}
     del g.workers[2], g.generation[2]
+    issued = len(g.issued)
     soft.on_resize(g, 2)
-    assert all(i < 2 for i, _ in soft.collect(g)[1])
+    assert [i for i, _ in soft.collect(g)[1]].count(2) == 1
+    assert all(i < 2 for i, _ in soft.collect(g)[1]) and all(i < 2 for i, _ in g.issued[issued:])
     asyn = make_sync_mode("async")
     assert len(asyn.collect(g)[0]) >= 1 and all(i < 2 for i, _ in asyn.collect(g)[1])
