@@ -118,6 +118,24 @@ def test_masked_out_actions_do_nothing_and_legal_ones_act():
     assert min(checked.values()) >= 3, checked
 
 
+def test_batched_and_small_forms_of_the_view_agree():
+    """Sorting and obstacle checks switch form with the batch size; both give the same views."""
+    for scenario in SCENARIO_NAMES:
+        b = Battle(SCENARIOS[scenario], 24, rng=np.random.default_rng(0))
+        b.reset()
+        rng = np.random.default_rng(1)
+        for _ in range(30):
+            b.step(np.concatenate([OPPONENTS["random"](b, 0, rng), OPPONENTS["nearest"](b, 1, rng)], 1))
+        views = []
+        for size in (10 ** 9, 0):
+            b.packed_sort_from = b.sparse_obstacles_from = size
+            views.append(b._observe(b.x, b.y, b.hp, b.cd, b.alive, b.t, b.ox, b.oy, b.orad))
+        (o1, m1, c1, d1, _), (o2, m2, c2, d2, _) = views
+        assert np.allclose(o1, o2, atol=1e-6) and (m1 == m2).all() and (c1 == c2).all()
+        assert np.allclose(np.minimum(d1, 1e6), np.minimum(d2, 1e6), atol=1e-5)
+        assert not m1[..., MOVE0:ATTACK0][b.alive].all()  # some moves were blocked: the check did something
+
+
 def test_dead_units_leave_the_agents_with_a_last_step():
     env = parallel_env(scenario="8v8_mixed", opponent="focus_kite")
     obs, _ = env.reset(seed=0)

@@ -42,6 +42,7 @@ FAR = 1.0e6                                                        # where paddi
 _Q = float(1 << 20)          # distance quantum: 1e-6 map units
 _SHIFT = 8                   # low bits: the column (so at most 256 units per team, obstacles per map)
 _EMPTY = np.int64(1) << 62   # the key of an empty slot (its low bits are 0: column 0)
+_PACKED_FROM = 4096          # values to sort from which the packed sort pays for its extra calls
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Battle:
     arrays whose last axis has length 2). After ``reset``/``step`` the caches describe the
     current state: ``obs [N, U, D]`` float32, ``mask [N, U, A]`` bool, ``cand [N, U, 2, K]`` the
     unit in enemy (0) and ally (1) slot k (``U`` where empty), ``cand_dist`` their distances
-    (huge where empty), ``dist [N, U, U]``.
+    (``FAR`` or more where empty), ``dist [N, U, U]``.
     """
 
     def __init__(self, scenario: Scenario, num_copies: int = 1, k_enemies: int = 5, k_allies: int = 4,
@@ -142,9 +143,13 @@ class Battle:
         own = (self.team[:, None] * n + np.arange(n)[None, :])
         self._cols = np.stack([(1 - self.team)[:, None] * n + np.arange(n)[None, :], own], 1)
         self._not_self = self._cols != np.arange(U)[:, None, None]
+        self._not_me = ~np.eye(n, dtype=bool)                               # [n, n]: a unit and its teammates
         self._cols_base = (np.arange(U * 2) * n).reshape(1, U, 2, 1)
         self._col_index = np.arange(max(n, self.O))                         # the low bits of a key
         self._bases: dict[int, dict[str, np.ndarray]] = {}
+        self._row_bases: dict[tuple, np.ndarray] = {}
+        self._templates: dict[int, np.ndarray] = {}
+        self._signs = np.array([1, -1])
         # Constants of the observation, shaped for broadcasting.
         self._sight3 = self.sight[None, :, None]
         self._inv_sight4 = (1.0 / self.sight)[None, :, None, None]
@@ -158,6 +163,7 @@ class Battle:
         self._lo_y, self._hi_y = UNIT_RADIUS - step_y, self.height - UNIT_RADIUS - step_y
         self._step_x2, self._step_y2 = 2.0 * step_x[None, :, None, :], 2.0 * step_y[None, :, None, :]
         self._step_sq = (self.speed ** 2)[None, :, None, None]
+        self._max_step = float(self.speed.max()) + 1e-9
         # The enemy squads of each unit, in squad order, and its own, as columns of [N, 2S] arrays.
         self._enemy_squads = (1 - self.team)[:, None] * self.S + np.arange(self.S)[None, :]   # [U, S]
         self._empty_squad = np.append(self.squad, self.S)                  # squad of a target (S: nobody)
@@ -231,6 +237,10 @@ class Battle:
 
     # -- views -------------------------------------------------------------------------------------
     _CACHES = ("obs", "mask", "cand", "cand_dist", "dist")
+    # Batch sizes from which the batched forms of two computations pay for their extra numpy calls
+    # (class attributes, so that a test can force either form).
+    packed_sort_from = _PACKED_FROM          # values to sort: packed integer sort instead of argsort
+    sparse_obstacles_from = 2048             # unit-obstacle pairs: blocking checked on the near pairs only
 
     def observe(self, copies: np.ndarray | None = None) -> None:
         """Recompute the caches (obs, mask, candidates, distances) of ``copies`` (all by default)."""
@@ -245,14 +255,53 @@ class Battle:
         for name, new in zip(self._CACHES, out):
             getattr(self, name)[c] = new
 
+    def _clear(self, orx, ory, od2, od, orad) -> np.ndarray:
+        """``[N, U, 8]``: each move keeps clear of every obstacle. Only obstacles within one step
+        of a unit can block it; with many copies those few pairs are picked out first."""
+        N, U = orx.shape[:2]
+        reach = (orad + UNIT_RADIUS)[:, None, :]                             # [N, 1, O]
+        if orx.size < self.sparse_obstacles_from:
+            gap = od2[..., None] - (orx[..., None] * self._step_x2 + ory[..., None] * self._step_y2) + self._step_sq
+            return (gap > (reach * reach)[..., None]).all(2)
+        n, u, o = np.nonzero(od < reach + self._max_step)
+        clear = np.ones((N * U, 8), bool)
+        if len(n):
+            gap = od2[n, u, o][:, None] - (orx[n, u, o][:, None] * self._step_x2[0, u, 0]
+                                           + ory[n, u, o][:, None] * self._step_y2[0, u, 0]) + self._step_sq[0, u, 0]
+            r = reach[n, 0, o][:, None]
+            np.logical_and.at(clear, n * U + u, gap > r * r)
+        return clear.reshape(N, U, 8)
+
+    def _obs_template(self, N: int) -> np.ndarray:
+        """A fresh ``[N, U, D]`` observation array holding the static own features (type, squad)."""
+        t = self._templates.get(N)
+        if t is None:
+            t = self._templates[N] = np.zeros((N, self.U, self.obs_dim), np.float32)
+            t[:, :, :OWN_FEATURES] = self._own_static
+        return t.copy()
+
     def _nearest(self, dist: np.ndarray, valid: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The ``k`` nearest valid columns of ``dist [..., m]``: (column ``[..., k]`` (0 where empty),
-        distance (huge where empty), present)."""
-        key = np.where(valid, (dist * _Q).astype(np.int64) << _SHIFT | self._col_index[: dist.shape[-1]], _EMPTY)
-        key = np.sort(key, -1)[..., :k]
-        if key.shape[-1] < k:
-            key = np.concatenate([key, np.full((*key.shape[:-1], k - key.shape[-1]), _EMPTY)], -1)
-        return key & ((1 << _SHIFT) - 1), (key >> _SHIFT) * (1.0 / _Q), key < _EMPTY
+        distance (``FAR`` or more where empty), present)."""
+        m = dist.shape[-1]
+        if dist.size >= self.packed_sort_from:
+            key = np.where(valid, (dist * _Q).astype(np.int64) << _SHIFT | self._col_index[:m], _EMPTY)
+            key = np.sort(key, -1)[..., :k]
+            if m < k:
+                key = np.concatenate([key, np.full((*key.shape[:-1], k - m), _EMPTY)], -1)
+            return key & ((1 << _SHIFT) - 1), (key >> _SHIFT) * (1.0 / _Q), key < _EMPTY
+        # Few rows: fewer, if slower, numpy calls.
+        key = np.where(valid, dist, FAR)
+        if m < k:
+            key = np.concatenate([key, np.full((*key.shape[:-1], k - m), FAR)], -1)
+        order = np.argsort(key, -1, kind="stable")[..., :k]   # ties by column, as the packed sort
+        base = self._row_bases.get(key.shape)
+        if base is None:
+            base = self._row_bases[key.shape] = (np.arange(key.size // key.shape[-1]) * key.shape[-1]).reshape(
+                *key.shape[:-1], 1)
+        d = key.take(base + order)
+        ok = d < FAR
+        return (np.where(ok, order, 0) if m < k else order), d, ok
 
     def _observe(self, x, y, hp, cd, alive, t, ox, oy, orad):
         N, U, K, Ke, Ka = x.shape[0], self.U, self.K, self.Ke, self.Ka
@@ -298,8 +347,7 @@ class Battle:
         ofeat[..., 2] = ory.take(o_take) * o_scale
         ofeat[..., 3] = orad.take(base["obst_unit"] + o_col) * o_scale
 
-        obs = np.empty((N, U, self.obs_dim), np.float32)
-        obs[:, :, :OWN_FEATURES] = self._own_static
+        obs = self._obs_template(N)                                          # the static own features in place
         obs[:, :, 3] = hp_frac
         obs[:, :, 4] = cd * self._inv_cooldown
         obs[:, :, 5] = x * (1.0 / self.width)
@@ -315,8 +363,7 @@ class Battle:
         # |c - p - s|^2 = |c - p|^2 - 2 s.(c - p) + |s|^2 > (r + UNIT_RADIUS)^2.
         xx, yy = x[:, :, None], y[:, :, None]
         inside = (xx >= self._lo_x) & (xx <= self._hi_x) & (yy >= self._lo_y) & (yy <= self._hi_y)   # [N, U, 8]
-        gap = od2[..., None] - (orx[..., None] * self._step_x2 + ory[..., None] * self._step_y2) + self._step_sq
-        clear = (gap > ((orad + UNIT_RADIUS) ** 2)[:, None, :, None]).all(2)   # [N, U, 8]
+        clear = self._clear(orx, ory, od2, od, orad)
         ready = alive & (cd <= 0)
         mask = np.empty((N, U, self.A), bool)
         mask[:, :, NOOP] = True
@@ -406,8 +453,7 @@ class Battle:
         gone = (alive1 @ self.team_onehot) == 0                              # [N, 2]
         eliminated = gone[:, 0] | gone[:, 1]
         ended = eliminated | (self.t >= self.max_steps)
-        o0 = gone[:, 1].astype(np.int64) - gone[:, 0]                        # +1: team 0 won; both gone: 0
-        outcome = np.stack([o0, -o0], 1)
+        outcome = (gone[:, 1].astype(np.int64) - gone[:, 0])[:, None] * self._signs   # +1: team 0 won; both gone: 0
         w = self.weights
         rewards = (w.damage * (taken_team[:, ::-1] / self.team_hp[::-1] - w.taken * taken_team / self.team_hp)
                    + w.kill * (died_team[:, ::-1] - w.taken * died_team) / self.n + w.win * outcome)

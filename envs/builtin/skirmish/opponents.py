@@ -49,14 +49,52 @@ def random_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.nda
     return np.argmax(rng.random(mask.shape) * mask, -1)
 
 
-def _walk(battle: Battle, sl: slice, vec: np.ndarray) -> np.ndarray:
-    """The legal move closest in direction to ``vec [N, n, 2]`` (no-op where ``vec`` is 0 or no
-    move goes within 90 degrees of it)."""
+_DX, _DY = DIRECTIONS[:, 0], DIRECTIONS[:, 1]
+
+
+def _walk(battle: Battle, sl: slice, vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
+    """The legal move closest in direction to ``(vx, vy) [N, n]`` (no-op where the vector is 0 or
+    no legal move goes within 90 degrees of it)."""
     moves = battle.mask[:, sl, MOVE0:ATTACK0]                               # [N, n, 8]
-    score = np.where(moves, vec @ DIRECTIONS.T, -np.inf)
+    score = np.where(moves, vx[..., None] * _DX + vy[..., None] * _DY, -np.inf)
     best = np.argmax(score, -1)
-    good = np.take_along_axis(score, best[..., None], -1)[..., 0] > 1e-9
-    return np.where(good, MOVE0 + best, NOOP)
+    return np.where(score.max(-1) > 1e-9, MOVE0 + best, NOOP)
+
+
+def _toward(battle: Battle, sl: slice, target: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors ``(vx, vy)`` from ``sl``'s units to units ``target [N, n]`` (0 where ``has`` is False)."""
+    flat = (np.arange(battle.N) * battle.U)[:, None] + target
+    return (battle.x.take(flat) - battle.x[:, sl]) * has, (battle.y.take(flat) - battle.y[:, sl]) * has
+
+
+def _sides(battle: Battle, team: int):
+    """(own slice, enemy slice, [N, n, n] distances to the enemy's units, to the own units)."""
+    own, other = _team(battle, team), _team(battle, 1 - team)
+    return own, other, battle.dist[:, own, other], battle.dist[:, own, own]
+
+
+def nearest_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
+    """Attack the nearest enemy in range, else walk to the nearest enemy; healers heal the nearest
+    hurt ally in range, else walk toward the nearest hurt ally (or the nearest ally)."""
+    b = battle
+    own, other, d_foe, d_own = _sides(b, team)
+    mask = b.mask[:, own]
+    Ke = b.Ke
+    can_att, att = _first(mask[..., ATTACK0:ATTACK0 + Ke])                 # slots are sorted by distance
+    can_heal, heal = _first(mask[..., ATTACK0 + Ke:])
+    d_enemy = np.where(b.alive[:, None, other], d_foe, np.inf)
+    foe = np.argmin(d_enemy, -1) + other.start
+    has_foe = d_enemy.min(-1) < np.inf
+    ally = b.alive[:, None, own] & b._not_me
+    d_ally = np.where(ally, d_own, np.inf)
+    d_hurt = np.where(ally & (b.hp[:, own] < b.hp_max[own])[:, None, :], d_own, np.inf)
+    any_hurt = d_hurt.min(-1) < np.inf
+    friend = np.where(any_hurt, np.argmin(d_hurt, -1), np.argmin(d_ally, -1)) + own.start
+    has_friend = d_ally.min(-1) < np.inf
+    healer = b.can_heal[own][None, :]
+    move = _walk(b, own, *_toward(b, own, np.where(healer, friend, foe), np.where(healer, has_friend, has_foe)))
+    out = np.where(can_att, ATTACK0 + att, move)
+    return np.where(healer & can_heal, ATTACK0 + Ke + heal, out)
 
 
 def _first(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,96 +102,50 @@ def _first(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mask.any(-1), np.argmax(mask, -1)
 
 
-def _toward(battle: Battle, sl: slice, target: np.ndarray, has: np.ndarray) -> np.ndarray:
-    """Vectors from ``sl``'s units to units ``target [N, n]`` (0 where ``has`` is False)."""
-    nidx = np.arange(battle.N)[:, None]
-    vec = np.stack([battle.x[nidx, target] - battle.x[:, sl], battle.y[nidx, target] - battle.y[:, sl]], -1)
-    return vec * has[..., None]
-
-
-def nearest_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
-    """Attack the nearest enemy in range, else walk to the nearest enemy; healers heal the nearest
-    hurt ally in range, else walk toward the nearest hurt ally (or the nearest ally)."""
-    b, sl = battle, _team(battle, team)
-    mask = b.mask[:, sl]
-    Ke = b.Ke
-    can_att, att = _first(mask[..., ATTACK0:ATTACK0 + Ke])                 # slots are sorted by distance
-    can_heal, heal = _first(mask[..., ATTACK0 + Ke:])
-    dist = b.dist[:, sl]                                                    # [N, n, U]
-    alive = b.alive
-    enemy = (b.team != team)[None, None, :]
-    d_enemy = np.where(enemy & alive[:, None, :], dist, np.inf)
-    foe = np.argmin(d_enemy, -1)
-    has_foe = np.isfinite(np.min(d_enemy, -1))
-    ally = (b.team == team)[None, None, :] & alive[:, None, :] & ~np.eye(b.U, dtype=bool)[sl][None]
-    hurt = ally & (b.hp < b.hp_max)[:, None, :]
-    d_hurt = np.where(hurt, dist, np.inf)
-    d_ally = np.where(ally, dist, np.inf)
-    any_hurt = np.isfinite(d_hurt.min(-1))
-    friend = np.where(any_hurt, np.argmin(d_hurt, -1), np.argmin(d_ally, -1))
-    has_friend = np.isfinite(d_ally.min(-1))
-    healer = b.can_heal[sl][None, :]
-    walk_to = np.where(healer, friend, foe)
-    has = np.where(healer, has_friend, has_foe)
-    move = _walk(b, sl, _toward(b, sl, walk_to, has))
-    out = np.where(can_att, ATTACK0 + att, move)
-    return np.where(healer & can_heal, ATTACK0 + Ke + heal, out)
-
-
 def focus_kite_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
     """Focus fire on the weakest reachable enemy, kite enemy melee with ranged units and healers,
     heal the most hurt ally (see the module docstring)."""
-    b, sl = battle, _team(battle, team)
-    mask = b.mask[:, sl]
-    N, Ke = b.N, b.Ke
-    nidx = np.arange(N)[:, None, None]
-    hp_ext = np.append(b.hp, np.full((N, 1), np.inf), 1)                    # the empty slot: never chosen
-    frac_ext = np.append(b.hp / b.hp_max, np.full((N, 1), np.inf), 1)
-    cand = b.cand[:, sl]                                                    # [N, n, 2, K]
-    # Attack: the lowest-hp enemy among the legal targets.
-    att_mask = mask[..., ATTACK0:ATTACK0 + Ke]
-    att_hp = np.where(att_mask, hp_ext[nidx, cand[:, :, 0, :Ke]], np.inf)
-    can_att, att = att_mask.any(-1), np.argmin(att_hp, -1)
-    # Heal: the ally with the lowest hp fraction among the legal ones.
-    heal_mask = mask[..., ATTACK0 + Ke:]
-    heal_frac = np.where(heal_mask, frac_ext[nidx, cand[:, :, 1, : b.Ka]], np.inf)
-    can_heal, heal = heal_mask.any(-1), np.argmin(heal_frac, -1)
+    b = battle
+    own, other, d_foe, d_own = _sides(b, team)
+    mask = b.mask[:, own]
+    N, U, Ke, Ka = b.N, b.U, b.Ke, b.Ka
+    base = (np.arange(N) * U)[:, None, None]
+    cand = np.minimum(b.cand[:, own], U - 1)                                 # empty slots are masked out below
+    frac = b.hp / b.hp_max
+    # Attack: the lowest-hp enemy among the legal targets; heal: the lowest hp fraction.
+    att_mask, heal_mask = mask[..., ATTACK0:ATTACK0 + Ke], mask[..., ATTACK0 + Ke:]
+    att = np.argmin(np.where(att_mask, b.hp.take(base + cand[:, :, 0, :Ke]), np.inf), -1)
+    heal = np.argmin(np.where(heal_mask, frac.take(base + cand[:, :, 1, :Ka]), np.inf), -1)
+    can_att, can_heal = att_mask.any(-1), heal_mask.any(-1)
 
-    dist = b.dist[:, sl]                                                    # [N, n, U]
-    alive = b.alive[:, None, :]
-    enemy = (b.team != team)[None, None, :] & alive
+    foe_alive = b.alive[:, None, other]                                      # [N, 1, n]
+    live = b.alive[:, own]
     # Whom to walk to: the team's prey, the weakest enemy counting its distance from the team
     # (so that everyone converges on one), then from the unit.
-    live = b.alive[:, sl]
-    team_d = (dist * live[..., None]).sum(1, keepdims=True) / np.maximum(live.sum(1), 1)[:, None, None]
-    score = np.where(enemy, b.hp[:, None, :] + HP_PER_TEAM_DISTANCE * team_d + HP_PER_OWN_DISTANCE * dist, np.inf)
-    prey = np.argmin(score, -1)
-    has_prey = np.isfinite(score.min(-1))
-    vec = _toward(b, sl, prey, has_prey)
+    team_d = (d_foe * live[..., None]).sum(1, keepdims=True) / np.maximum(live.sum(1), 1)[:, None, None]
+    score = np.where(foe_alive, b.hp[:, None, other] + HP_PER_TEAM_DISTANCE * team_d + HP_PER_OWN_DISTANCE * d_foe,
+                     np.inf)
+    vx, vy = _toward(b, own, np.argmin(score, -1) + other.start, score.min(-1) < np.inf)
     # Kiting: away from the nearest enemy melee unit within KITE_DISTANCE (ranged units and healers).
-    d_melee = np.where(enemy & (b.utype == MELEE)[None, None, :], dist, np.inf)
-    brute = np.argmin(d_melee, -1)
+    d_melee = np.where(foe_alive & (b.utype[other] == MELEE), d_foe, np.inf)
     threatened = d_melee.min(-1) <= KITE_DISTANCE
-    fragile = (b.utype[sl] != MELEE)[None, :]
-    away = -_toward(b, sl, brute, threatened)
+    ax, ay = _toward(b, own, np.argmin(d_melee, -1) + other.start, threatened)
+    fleeing = (b.utype[own] != MELEE) & threatened
     # Ranged units reloading with an enemy in range hold their ground (no walking into melee).
-    d_enemy = np.where(enemy, dist, np.inf).min(-1)
-    ranged = (b.utype[sl] == RANGED)[None, :]
-    holding = ranged & (d_enemy <= b.attack_range[sl][None, :])
+    d_enemy = np.where(foe_alive, d_foe, np.inf).min(-1)
+    holding = (b.utype[own] == RANGED) & (d_enemy <= b.attack_range[own]) & ~threatened
     # Healers walk toward the most hurt ally, or trail their team's centroid.
-    ally = (b.team == team)[None, None, :] & alive & ~np.eye(b.U, dtype=bool)[sl][None]
-    frac = np.where(ally & (b.hp < b.hp_max)[:, None, :], (b.hp / b.hp_max)[:, None, :], np.inf)
-    patient = np.argmin(frac, -1)
-    any_hurt = np.isfinite(frac.min(-1))
-    w = b.alive[:, sl][..., None]
-    pos = b.pos[:, sl]
-    centre = (pos * w).sum(1, keepdims=True) / np.maximum(w.sum(1, keepdims=True), 1)
-    to_centre = centre - pos
-    healer = b.can_heal[sl][None, :]
-    heal_vec = np.where(any_hurt[..., None], _toward(b, sl, patient, any_hurt), to_centre)
-    vec = np.where(healer[..., None], heal_vec, vec)
-    vec = np.where((fragile & threatened)[..., None], away, vec)
-    move = np.where(holding & ~threatened, NOOP, _walk(b, sl, vec))
+    hurt = np.where(b.alive[:, None, own] & b._not_me & (b.hp[:, own] < b.hp_max[own])[:, None, :],
+                    frac[:, None, own], np.inf)
+    any_hurt = hurt.min(-1) < np.inf
+    px, py = _toward(b, own, np.argmin(hurt, -1) + own.start, any_hurt)
+    count = np.maximum(live.sum(1, keepdims=True), 1)
+    cx = (b.x[:, own] * live).sum(1, keepdims=True) / count - b.x[:, own]
+    cy = (b.y[:, own] * live).sum(1, keepdims=True) / count - b.y[:, own]
+    healer = b.can_heal[own][None, :]
+    vx = np.where(fleeing, -ax, np.where(healer, np.where(any_hurt, px, cx), vx))
+    vy = np.where(fleeing, -ay, np.where(healer, np.where(any_hurt, py, cy), vy))
+    move = np.where(holding, NOOP, _walk(b, own, vx, vy))
     out = np.where(can_att, ATTACK0 + att, move)
     return np.where(healer & can_heal, ATTACK0 + Ke + heal, out)
 

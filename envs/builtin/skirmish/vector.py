@@ -9,7 +9,7 @@ available here: give upper layers ``observation.source: state`` or ``env``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterator
 
 import numpy as np
@@ -45,6 +45,27 @@ class _CopyInfos(Mapping):
 
     def __len__(self) -> int:
         return len(self._units)
+
+
+class _StepInfos(Sequence):
+    """Per copy, its :class:`_CopyInfos`, made when the copy is first looked at."""
+
+    def __init__(self, env: "SkirmishVector", res: StepArrays, before: np.ndarray, made: dict[int, dict[str, dict]]):
+        self._env, self._res, self._before, self._made = env, res, before, made
+        self._copies: dict[int, _CopyInfos] = {}
+
+    def __getitem__(self, i: int) -> _CopyInfos:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i = int(i) % len(self)
+        out = self._copies.get(i)
+        if out is None:
+            out = self._copies[i] = _CopyInfos(self._env, self._res, i, np.flatnonzero(self._before[i]),
+                                               self._made.get(i))
+        return out
+
+    def __len__(self) -> int:
+        return len(self._before)
 
 
 class SkirmishVector(VectorMultiAgentEnv):
@@ -114,7 +135,7 @@ class SkirmishVector(VectorMultiAgentEnv):
             self._ep_return[idx], self._ep_len[idx] = 0.0, 0
             b.reset(idx)
         obs, alive, masks = self._view()
-        infos = [_CopyInfos(self, res, i, np.flatnonzero(before[i]), made.get(i)) for i in range(N)]
+        infos = _StepInfos(self, res, before, made)
         state = b.state() if self.want_state else None
         return VecStep(obs, alive, alive.copy(), masks, state, rewards=rewards, terminated=term, truncated=trunc,
                        final_obs=final_obs, final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]
