@@ -11,6 +11,6 @@ REWARDS: dict[str, str] = {
     "ant_heading_frame_direction": "hdppo.envs.builtin.ant_navigate",
     "rooms_follow_direction": "hdppo.envs.builtin.rooms",
     "rooms_reach_room": "hdppo.envs.builtin.rooms",
-    "skirmish_follow_order": "hdppo.envs.builtin.skirmish",
-    "skirmish_squad_objective": "hdppo.envs.builtin.skirmish",
+    "skirmish_follow_order": "hdppo.envs.builtin.skirmish.rewards",
+    "skirmish_squad_objective": "hdppo.envs.builtin.skirmish.rewards",
 }

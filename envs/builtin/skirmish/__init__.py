@@ -63,10 +63,12 @@ trained on 8v8_mixed runs on 10v10_mixed.
 
 **Scripted players** (:data:`OPPONENTS`, usable for either army; :func:`play` pits two against
 each other): ``random`` (a random legal action), ``nearest`` (attack the nearest enemy in range,
-else walk to the nearest; healers heal the nearest hurt ally), ``focus_kite`` (all focus the
-lowest-hp enemy in range and walk to the weakest nearby one; ranged units and healers step back
-from enemy melee while they cannot shoot; healers heal the most hurt ally and stay behind). In
-that order each beats the one before it (tested over 50 games each).
+else walk to the nearest; healers heal the nearest hurt ally), ``focus_kite`` (each unit shoots
+the lowest-hp enemy in its range, and the team converges on one prey, the weakest enemy near
+it; ranged units and healers step back from enemy melee while they cannot shoot; healers heal
+the most hurt ally and stay behind). In that order each beats the one before it: on 8v8 mixed
+nearest wins about 98% of games against random and focus_kite about 90% against nearest
+(``tests/test_skirmish.py`` plays 50 games of each pairing).
 
 **For a hierarchy** (control / squad / strategy). The control layer (per unit, shared weights)
 receives an *order* from its squad, ``MultiDiscrete([S, 3, 2])``: target enemy squad, posture
