@@ -31,6 +31,7 @@ class LayerSpec:
     command_in: int = 0              # width of the command received from above
     agent_ids: list[str] = field(default_factory=list)
     obs_fn: Callable[..., np.ndarray] | None = None
+    encoder: dict[str, Any] | None = None  # ActorCritic's encoder argument (None: MLP); see encoder_spec
 
     @property
     def bottom(self) -> bool:
@@ -181,6 +182,36 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
     spec.obs_dim = int(env_dim) + spec.command_in + len(spec.agent_ids)
     if layer.policy.central_critic:
         spec.critic_dim = _state_dim(spec, probe) + spec.command_in
+    spec.encoder = encoder_spec(spec, probe, known)
+
+
+def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) -> dict[str, Any] | None:
+    """The layer's ``ActorCritic(encoder=...)``: None for an MLP; for a CNN the image's
+    ``(C, H, W)`` and layout, from ``policy.image_shape`` or the bottom layer's rank-3 Box."""
+    p = spec.cfg.policy
+    if p.encoder == "mlp":
+        return None
+    shape = p.image_shape
+    if shape is None:
+        space = probe.observation_space(known[0])
+        if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
+            space = space.spaces["observation"]
+        if not (spec.bottom and spec.cfg.observation.source == "env" and isinstance(space, gym.spaces.Box)
+                and len(space.shape) == 3):
+            raise _layer_error(spec, "policy.image_shape", "encoder 'cnn' needs the image's shape: set "
+                               "policy.image_shape ([H, W, C] or [C, H, W]); it is inferred only for the bottom "
+                               "layer of an env whose observation is a rank-3 Box"
+                               + (f" (this env's is {space})" if spec.bottom else "") + ".")
+        shape = list(space.shape)
+    from ..policies.networks import image_layout
+
+    chw, last = image_layout(shape, p.image_layout)
+    env_dim = spec.obs_dim - spec.command_in - len(spec.agent_ids)
+    if int(np.prod(chw)) > env_dim:
+        raise _layer_error(spec, "policy.image_shape", f"the image {list(shape)} has {int(np.prod(chw))} values, "
+                           f"more than the layer's env observation ({env_dim}).")
+    return {"kind": "cnn", "chw": chw, "channels_last": last, "channels": list(p.cnn_channels),
+            "features": int(p.cnn_features)}
 
 
 def needs_state(cfg: Config) -> bool:

@@ -61,6 +61,35 @@ class PolicyConfig(_Strict):
     activation: Literal["tanh", "relu", "elu"] = Field("tanh", description="Hidden activation.")
     init_log_std: float = Field(0.0, description="Initial log-std of a Gaussian (Box) policy.")
     central_critic: bool = Field(False, description="MAPPO-style: the critic reads the env's global state().")
+    encoder: Literal["mlp", "cnn"] = Field(
+        "mlp", description="'mlp': the flat input goes straight to the hidden layers. 'cnn': the first "
+        "prod(image_shape) input values are an image, read by a small conv stack (3x3 convs, stride 1, for "
+        "images up to 32 pixels a side; Nature-DQN 8/4/3 strides above), flattened to cnn_features and "
+        "joined with the rest of the input (command one-hot, agent id) before the hidden layers. Actor and "
+        "critic each get their own conv stack (a central critic reads state() through an MLP).")
+    image_shape: Optional[list[int]] = Field(
+        None, description="encoder 'cnn': the image's shape as the env gives it, [H, W, C] or [C, H, W]; "
+        "null infers it from the bottom layer's rank-3 Box observation space.")
+    image_layout: Literal["auto", "hwc", "chw"] = Field(
+        "auto", description="encoder 'cnn': channel position. 'auto': channels last (HWC) when the last "
+        "dimension is no larger than the first (10x10x4, 13x13x5, 84x84x3), else channels first (3x84x84).")
+    cnn_channels: list[int] = Field(default_factory=lambda: [16, 32, 32],
+                                    description="encoder 'cnn': output channels of each conv layer.")
+    cnn_features: int = Field(128, ge=1, description="encoder 'cnn': width of the linear layer after the convs.")
+
+    @field_validator("image_shape")
+    @classmethod
+    def _image_shape(cls, v: Optional[list[int]]) -> Optional[list[int]]:
+        if v is not None and (len(v) != 3 or any(d < 1 for d in v)):
+            raise ValueError("image_shape must be three positive sizes, [H, W, C] or [C, H, W], e.g. [10, 10, 4]")
+        return v
+
+    @field_validator("cnn_channels")
+    @classmethod
+    def _channels(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 1 for c in v):
+            raise ValueError("cnn_channels must list at least one positive channel count, e.g. [16, 32, 32]")
+        return v
 
     @field_validator("hidden")
     @classmethod

@@ -29,7 +29,8 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
-        policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim)
+        policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim,
+                                       s.encoder)
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
     return Sampler(specs, venv, policies, norms, deterministic=True, first=first)

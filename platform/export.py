@@ -122,7 +122,8 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
     finally:
         venv.close()
     p = spec.cfg.policy
-    policy = ActorCritic(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim)
+    policy = ActorCritic(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim,
+                         spec.encoder)
     policy.load_state_dict(state["policy"])
     n = spec.cfg.normalization
     stats = RunningStats.from_state(state["obs_stats"])

@@ -75,7 +75,8 @@ class DPPOGroup:
                         for name in layers}
         self.learners = {name: backend.make(Learner, cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
                                             service, backend.name, dims[name].get("critic_dim"), env_step_budget,
-                                            1, self.devices[name], num_cpus=learner_cpus,
+                                            1, self.devices[name], dims[name].get("encoder"),
+                                            num_cpus=learner_cpus,
                                             num_gpus=cfg.learner_of(name).num_gpus if self.devices[name] == "cuda" else None)
                          for name in layers}
         self._worker_args = (service, worker_cpus)

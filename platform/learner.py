@@ -35,7 +35,8 @@ from ..policies.staleness import staleness_weights
 class Learner:
     def __init__(self, cfg: Config, layer: str | int, obs_dim: int, action_space: gym.Space,
                  service: Any, backend_name: str = "local", critic_dim: int | None = None,
-                 env_step_budget: int | None = None, num_threads: int = 1, device: str = "cpu"):
+                 env_step_budget: int | None = None, num_threads: int = 1, device: str = "cpu",
+                 encoder: dict | None = None):
         torch.set_num_threads(num_threads)
         torch.manual_seed(cfg.train.seed)
         self.cfg = cfg
@@ -49,7 +50,8 @@ class Learner:
         # minibatches live there; everything that leaves the learner is on CPU.
         check_visible(device, f"layer {self.layer.name!r}: learner.device")
         self.device = torch.device(device)
-        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim).to(self.device)
+        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim,
+                                  encoder).to(self.device)
         # The parameter list, once: nn.Module.parameters() walks the module tree on every call,
         # and an update makes hundreds of optimizer steps.
         self.params = list(self.policy.parameters())

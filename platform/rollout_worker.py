@@ -72,7 +72,7 @@ class RolloutWorker:
             layer = s.cfg
             p, n = layer.policy, layer.normalization
             self.policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std,
-                                                s.critic_dim)
+                                                s.critic_dim, s.encoder)
             self.obs_norms[s.name] = ObservationNormalizer((s.obs_dim,), n.clip, n.observation)
             self.scalers[s.name] = RewardScaler(d.num_envs_per_worker, layer.ppo.gamma, n.clip, n.reward)
             self.versions[s.name] = -1

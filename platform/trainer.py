@@ -111,7 +111,8 @@ class Trainer:
 
         probe, _, specs = probe_env(self.cfg, self.cfg.train.seed)
         probe.close()
-        return {s.name: {"obs_dim": s.obs_dim, "action_space": s.action_space, "critic_dim": s.critic_dim} for s in specs}
+        return {s.name: {"obs_dim": s.obs_dim, "action_space": s.action_space, "critic_dim": s.critic_dim,
+                         "encoder": s.encoder} for s in specs}
 
     def setup(self) -> None:
         self._created = prepare_run_dir(self.run_dir, self.resume)
@@ -134,7 +135,8 @@ class Trainer:
         for name in dims:
             if not any(name in g for g in layer_groups):
                 self.fixed[name] = Learner(self.cfg, name, dims[name]["obs_dim"], dims[name]["action_space"],
-                                           self.service, self.backend.name, dims[name].get("critic_dim"))
+                                           self.service, self.backend.name, dims[name].get("critic_dim"),
+                                           encoder=dims[name].get("encoder"))
         for names, workers, share in plan_groups(self.cfg, total_cpus):
             d = self.cfg.group_dppo(names)
             if workers < d.num_workers and not self.quiet:

@@ -53,6 +53,82 @@ def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def image_layout(shape: Sequence[int], layout: str = "auto") -> tuple[tuple[int, int, int], bool]:
+    """``((C, H, W), channels_last)`` of an image observation of ``shape``. ``layout`` 'auto'
+    reads a shape as channels last (HWC) when its last size is no larger than its first
+    (10x10x4, 13x13x5, 84x84x3) and as channels first otherwise (3x84x84, 4x10x10)."""
+    if len(shape) != 3:
+        raise ValueError(f"an image observation has three dimensions, got shape {tuple(shape)}")
+    a, b, c = (int(d) for d in shape)
+    last = layout == "hwc" or (layout == "auto" and c <= a)
+    return ((c, a, b), True) if last else ((a, b, c), False)
+
+
+class ImageEncoder(nn.Module):
+    """``x [B, D]`` -> ``[B, features + D - prod(image)]``: the first ``prod(image)`` values of the
+    flat input are an image (flattened in the env's order, HWC or CHW), read by a conv stack;
+    the rest (command one-hot, agent id) passes through beside its features.
+
+    Small images (up to 32 a side: MinAtar's 10x10, MAgent2's 13x13 views) get 3x3 convs of
+    stride 1 with no padding, as MinAtar's and MAgent2's baselines use: every stride-2 layer would
+    halve a 10x10 view. Larger ones get the Nature-DQN stack (8x8/4, 4x4/2, 3x3/1; Mnih et al.
+    2015), whose strides keep the linear layer small at 84x84.
+    """
+
+    def __init__(self, chw: tuple[int, int, int], channels_last: bool, channels: Sequence[int] = (16, 32, 32),
+                 features: int = 128, activation: str = "relu"):
+        super().__init__()
+        self.chw, self.channels_last = tuple(int(d) for d in chw), bool(channels_last)
+        self.pixels = int(np.prod(self.chw))
+        c, h, w = self.chw
+        if max(h, w) <= 32:
+            kernels = [(3, 1)] * len(channels)
+        else:
+            nature = [(8, 4), (4, 2), (3, 1)]
+            kernels = [nature[min(i, 2)] for i in range(len(channels))]
+        layers: list[nn.Module] = []
+        for out, (k, stride) in zip(channels, kernels):
+            if min(h, w) < k:
+                break  # the image is used up: fewer layers rather than a zero-size map
+            conv = nn.Conv2d(c, int(out), k, stride)
+            nn.init.orthogonal_(conv.weight, math.sqrt(2))
+            nn.init.zeros_(conv.bias)
+            layers += [conv, _ACTIVATIONS[activation]()]
+            c, h, w = int(out), (h - k) // stride + 1, (w - k) // stride + 1
+        self.convs = nn.Sequential(*layers)
+        self.linear = _layer(c * h * w, int(features), math.sqrt(2))
+        self.act = _ACTIVATIONS[activation]()
+        self.features = int(features)
+
+    def out_dim(self, inp: int) -> int:
+        return self.features + inp - self.pixels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, x.shape[-1])
+        img = flat[:, :self.pixels]
+        c, h, w = self.chw
+        img = img.reshape(-1, h, w, c).permute(0, 3, 1, 2) if self.channels_last else img.reshape(-1, c, h, w)
+        z = self.act(self.linear(self.convs(img).flatten(1)))
+        out = torch.cat([z, flat[:, self.pixels:]], dim=-1) if flat.shape[-1] > self.pixels else z
+        return out.reshape(*lead, out.shape[-1])
+
+
+def trunk(inp: int, hidden: Sequence[int], out: int, activation: str, out_gain: float,
+          encoder: dict | None) -> nn.Sequential:
+    """The MLP alone (``encoder`` None or kind 'mlp'), or an ImageEncoder followed by it in one
+    Sequential, so that ``run_mlp`` and export treat both alike."""
+    if not encoder or encoder.get("kind", "mlp") == "mlp":
+        return mlp(inp, hidden, out, activation, out_gain)
+    if encoder["kind"] != "cnn":
+        raise ValueError(f"unknown encoder {encoder['kind']!r}: use 'mlp' or 'cnn'")
+    enc = ImageEncoder(encoder["chw"], encoder["channels_last"], encoder.get("channels", (16, 32, 32)),
+                       encoder.get("features", 128))
+    if inp < enc.pixels:
+        raise ValueError(f"encoder 'cnn': the image {encoder['chw']} has {enc.pixels} values but the input only {inp}")
+    return nn.Sequential(enc, *mlp(enc.out_dim(inp), hidden, out, activation, out_gain))
+
+
 class ActionHead:
     """How one action space turns network outputs into a distribution."""
 
@@ -99,13 +175,17 @@ class ActorCritic(nn.Module):
     """``obs [B, obs_dim]`` -> action distribution and value ``[B]``."""
 
     def __init__(self, obs_dim: int, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
-                 activation: str = "tanh", init_log_std: float = 0.0, critic_dim: int | None = None):
+                 activation: str = "tanh", init_log_std: float = 0.0, critic_dim: int | None = None,
+                 encoder: dict | None = None):
         super().__init__()
         self.head = ActionHead(action_space)
-        self.actor = mlp(obs_dim, hidden, self.head.logits_dim, activation, 0.01)
+        # ``encoder``: None / {"kind": "mlp"}, or {"kind": "cnn", "chw", "channels_last", "channels",
+        # "features"} (see hierarchies.spec.encoder_spec): a conv stack ahead of the hidden layers.
+        self.actor = trunk(obs_dim, hidden, self.head.logits_dim, activation, 0.01, encoder)
         # A centralized critic (MAPPO) reads ``critic_obs`` (the global state) instead of ``obs``.
         self.central = critic_dim is not None
-        self.critic = mlp(critic_dim if critic_dim is not None else obs_dim, hidden, 1, activation, 1.0)
+        self.critic = (mlp(critic_dim, hidden, 1, activation, 1.0) if critic_dim is not None
+                       else trunk(obs_dim, hidden, 1, activation, 1.0, encoder))
         if self.head.kind == "box":
             self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
 

@@ -77,6 +77,43 @@ def multi_choice():
     return MultiChoiceEnv()
 
 
+class LitSideEnv(gym.Env):
+    """An image observation (uint8 Box, HWC ``(size, size, 2)`` or CHW with ``chw=True``): one
+    pixel of channel 0 is lit, in the left or the right half; action 0/1 names the half, reward 1
+    when right. 20 steps an episode: random play scores about 10, a reader of the image 20."""
+
+    metadata = {"name": "lit_side"}
+
+    def __init__(self, size: int = 8, chw: bool = False):
+        self.size, self.chw = size, chw
+        shape = (2, size, size) if chw else (size, size, 2)
+        self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        self.side = int(self.np_random.integers(2))
+        half = self.size // 2
+        r, c = int(self.np_random.integers(self.size)), int(self.np_random.integers(half)) + half * self.side
+        img = np.zeros((self.size, self.size, 2), np.uint8)
+        img[r, c, 0] = 255
+        return np.ascontiguousarray(img.transpose(2, 0, 1)) if self.chw else img
+
+    def step(self, action):
+        self.t += 1
+        reward = float(int(action) == self.side)
+        return self._obs(), reward, False, self.t >= 20, {}
+
+
+def lit_side(**kwargs):
+    return LitSideEnv(**kwargs)
+
+
 def countdown_wrong_shape():
     return gym.wrappers.TimeLimit(CountdownEnv(bad="wrong_shape"), 10)
 

@@ -1,0 +1,84 @@
+"""Policy encoders: the CNN's layout detection and output shapes, and a CNN policy that trains."""
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_config
+from hdppo.hierarchies.spec import probe_env
+from hdppo.platform.config import validate
+from hdppo.platform.errors import ConfigError
+from hdppo.platform.trainer import Trainer
+from hdppo.policies.networks import ActorCritic, ImageEncoder, image_layout
+
+
+@pytest.mark.parametrize("shape,chw,last", [
+    ((10, 10, 4), (4, 10, 10), True),     # MinAtar
+    ((13, 13, 5), (5, 13, 13), True),     # MAgent2 view
+    ((84, 84, 3), (3, 84, 84), True),     # Atari-sized HWC
+    ((3, 84, 84), (3, 84, 84), False),    # the same, CHW
+    ((4, 10, 10), (4, 10, 10), False),
+])
+def test_image_layout_is_detected(shape, chw, last):
+    assert image_layout(shape) == (chw, last)
+
+
+@pytest.mark.parametrize("shape", [(10, 10, 4), (13, 13, 5), (84, 84, 3), (3, 84, 84), (5, 7, 2)])
+@pytest.mark.parametrize("extra", [0, 6])
+def test_cnn_output_shape(shape, extra):
+    chw, last = image_layout(shape)
+    enc = ImageEncoder(chw, last, (16, 32, 32), 64)
+    x = torch.rand(5, int(np.prod(shape)) + extra)
+    out = enc(x)
+    assert out.shape == (5, 64 + extra) and enc.out_dim(x.shape[1]) == 64 + extra
+    # The pass-through part (command, agent id) arrives unchanged after the features.
+    torch.testing.assert_close(out[:, 64:], x[:, x.shape[1] - extra:])
+    assert enc(x.reshape(1, 5, -1)).shape == (1, 5, 64 + extra)  # leading dims kept
+
+
+def test_hwc_and_chw_read_the_same_image():
+    torch.manual_seed(0)
+    chw_enc = ImageEncoder((4, 10, 10), False, (8,), 16)
+    hwc_enc = ImageEncoder((4, 10, 10), True, (8,), 16)
+    hwc_enc.load_state_dict(chw_enc.state_dict())
+    img = torch.rand(3, 4, 10, 10)
+    torch.testing.assert_close(chw_enc(img.reshape(3, -1)), hwc_enc(img.permute(0, 2, 3, 1).reshape(3, -1)))
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,))], ids=["discrete", "box"])
+def test_cnn_actor_critic_acts_and_scores(space):
+    enc = {"kind": "cnn", "chw": (5, 13, 13), "channels_last": True, "channels": [8, 8], "features": 32}
+    net = ActorCritic(13 * 13 * 5 + 3, space, (32,), encoder=enc)
+    obs = torch.rand(6, 13 * 13 * 5 + 3)
+    a, logp, v = net.act(obs)
+    assert a.shape == (6, net.head.dim) and logp.shape == (6,) and v.shape == (6,)
+    logp2, _ = net.log_prob_entropy(obs, torch.as_tensor(a))
+    np.testing.assert_allclose(logp, logp2.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _lit_side_config(**policy):
+    return validate(tiny_config(
+        env={"entry_point": "scripted_envs:lit_side", "kwargs": policy.pop("env_kwargs", {})},
+        layers=[{"name": "control", "policy": {"encoder": "cnn", "cnn_channels": [8, 8], "cnn_features": 32,
+                                               "hidden": [32], **policy},
+                 "ppo": {"minibatch_size": 128, "num_epochs": 4, "lr": 1e-3},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 4, "train_batch_size": 512}}],
+        train={"total_env_steps": 10_000, "checkpoint_every": 100, "eval_episodes": 4}))
+
+
+@pytest.mark.parametrize("chw", [False, True], ids=["hwc", "chw"])
+def test_image_shape_is_inferred_from_a_rank_3_box(chw):
+    venv, _, specs = probe_env(_lit_side_config(env_kwargs={"chw": chw}), 0)
+    venv.close()
+    assert specs[0].encoder["chw"] == (2, 8, 8) and specs[0].encoder["channels_last"] is (not chw)
+
+
+def test_cnn_on_a_flat_observation_asks_for_image_shape():
+    cfg = validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "cnn"}}]))
+    with pytest.raises(ConfigError, match="policy.image_shape"):
+        probe_env(cfg, 0)
+
+
+def test_cnn_policy_learns_to_read_an_image(tmp_path):
+    summary = Trainer(_lit_side_config(), tmp_path / "run", quiet=True).train()
+    assert summary["eval_return_mean"] >= 17  # max 20; random play about 10
