@@ -82,3 +82,16 @@ def test_cnn_on_a_flat_observation_asks_for_image_shape():
 def test_cnn_policy_learns_to_read_an_image(tmp_path):
     summary = Trainer(_lit_side_config(), tmp_path / "run", quiet=True).train()
     assert summary["eval_return_mean"] >= 17  # max 20; random play about 10
+
+
+@pytest.mark.parametrize("sync,mode", [("sync", "central"), ("pipeline", "central"), ("soft", "central"),
+                                       ("async", "central"), ("sync", "dppo")])
+def test_cnn_policy_in_every_sync_mode(tmp_path, sync, mode):
+    cfg = validate(tiny_config(
+        env={"entry_point": "scripted_envs:lit_side"},
+        layers=[{"name": "control", "policy": {"encoder": "cnn", "cnn_channels": [4], "cnn_features": 8, "hidden": [8]},
+                 "ppo": {"minibatch_size": 32, "num_epochs": 1},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 128, "sync": sync, "mode": mode}}],
+        train={"total_env_steps": 384, "checkpoint_every": 100, "eval_episodes": 1}))
+    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+    assert summary["env_steps"] >= 384
