@@ -348,3 +348,19 @@ def test_training_by_config_flat_mappo(tmp_path):
                                    train={"total_env_steps": 400, "checkpoint_every": 100, "eval_episodes": 2}))
         summary = Trainer(cfg, tmp_path / env["type"], quiet=True).train()
         assert summary["updates"] >= 1 and np.isfinite(summary["eval_return_mean"])
+
+
+def test_speed_benchmark_writes_its_table(tmp_path):
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import skirmish_speed
+
+    assert skirmish_speed.main(["--seconds", "0.05", "--scenarios", "3v3", "--opponents", "random",
+                                "--copies", "4", "--results", str(tmp_path)]) == 0
+    out = __import__("json").loads((tmp_path / "skirmish_speed.json").read_text())
+    assert [r["form"] for r in out["runs"]] == ["parallel", "batched"] and out["machine"]
+    assert all(r["agent_steps"] > 0 and r["agent_steps_per_cpu_s"] > 0 for r in out["runs"])
+    assert "| parallel | 3v3 | random |" in (tmp_path / "skirmish_speed.md").read_text()
