@@ -247,3 +247,162 @@ class ActorCritic(nn.Module):
 
 def flat_obs_dim(space: gym.Space) -> int:
     return int(gym.spaces.flatdim(space))
+
+
+class RecurrentActorCritic(nn.Module):
+    """A GRU actor-critic: ``obs [B, D]`` and hidden ``h [B, hidden_dim]`` -> action
+    distribution, value, and the next hidden. Building block of ``policy.encoder: gru`` (not yet
+    selectable in a config: the sampler and learner wiring is still to come).
+
+    Actor and critic each have their own GRU cell (as the MLP policy keeps them apart, so the
+    value loss never shapes the actor's memory); ``h`` holds both, actor first:
+    ``hidden_dim = 2 * gru_hidden`` (``gru_hidden`` alone with a central critic, an MLP on
+    state()). An optional ImageEncoder (``cnn``: an encoder dict as ActorCritic takes) reads the
+    image ahead of each GRU. Convention for the hidden state a step receives: it is already
+    reset (zero) where an episode starts or a lane appears, so ``value(obs, h_in)`` of a stored
+    step needs no sequence, and :meth:`replay` zeroes it at the steps flagged ``first``.
+    """
+
+    recurrent = True
+
+    def __init__(self, obs_dim: int, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", init_log_std: float = 0.0, critic_dim: int | None = None,
+                 gru_hidden: int = 64, cnn: dict | None = None):
+        super().__init__()
+        self.head = ActionHead(action_space)
+        self.central = critic_dim is not None
+        self.gru_hidden = int(gru_hidden)
+        self.hidden_dim = self.gru_hidden * (1 if self.central else 2)
+
+        def reader() -> tuple[nn.Module, nn.GRUCell]:
+            enc: nn.Module = nn.Identity()
+            width = obs_dim
+            if cnn:
+                enc = ImageEncoder(cnn["chw"], cnn["channels_last"], cnn.get("channels", (16, 32, 32)),
+                                   cnn.get("features", 128))
+                width = enc.out_dim(obs_dim)
+            cell = nn.GRUCell(width, self.gru_hidden)
+            for name, p in cell.named_parameters():  # orthogonal weights, zero biases (as the MLPs)
+                nn.init.orthogonal_(p) if "weight" in name else nn.init.zeros_(p)
+            return enc, cell
+
+        self.actor_enc, self.actor_gru = reader()
+        self.actor = mlp(self.gru_hidden, hidden, self.head.logits_dim, activation, 0.01)
+        if self.central:
+            self.critic = mlp(critic_dim, hidden, 1, activation, 1.0)  # type: ignore[arg-type]
+        else:
+            self.critic_enc, self.critic_gru = reader()
+            self.critic = mlp(self.gru_hidden, hidden, 1, activation, 1.0)
+        if self.head.kind == "box":
+            self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
+
+    def initial_hidden(self, n: int) -> np.ndarray:
+        return np.zeros((n, self.hidden_dim), np.float32)
+
+    def _actor_step(self, obs: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.actor_gru(self.actor_enc(obs), h[:, : self.gru_hidden])
+
+    def _critic_step(self, obs: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.critic_gru(self.critic_enc(obs), h[:, self.gru_hidden:])
+
+    def _logits_dists(self, out: torch.Tensor, masks: torch.Tensor | None):
+        if self.head.kind == "box":
+            return Normal(out, self.log_std.exp().expand_as(out))
+        if masks is not None and masks.shape[-1] > 0:
+            out = torch.where(masks > 0, out, torch.full_like(out, -1e8))
+        return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
+
+    def _score(self, out: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None):
+        d = self._logits_dists(out, masks)
+        if self.head.kind == "box":
+            return d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+        logp = sum(di.log_prob(actions[:, i].long()) for i, di in enumerate(d))
+        return logp, sum(di.entropy() for di in d)
+
+    def value(self, obs: torch.Tensor, h: torch.Tensor, critic_obs: torch.Tensor | None = None) -> torch.Tensor:
+        """``V [B]`` of steps with inputs ``obs [B, D]`` and the hidden they received ``h [B, hidden_dim]``."""
+        if self.central:
+            return run_mlp(self.critic, critic_obs).squeeze(-1)
+        return run_mlp(self.critic, self._critic_step(obs, h)).squeeze(-1)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, h: torch.Tensor, deterministic: bool = False,
+            masks: torch.Tensor | None = None, critic_obs: torch.Tensor | None = None,
+            with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+        """``(actions [B, dim], logp [B], value [B] or None, next hidden [B, hidden_dim])``."""
+        za = self._actor_step(obs, h)
+        d = self._logits_dists(run_mlp(self.actor, za), masks)
+        if self.head.kind == "box":
+            a = d.mean if deterministic else d.sample()
+            logp = d.log_prob(a).sum(-1)
+        else:
+            picks = [di.probs.argmax(-1) if deterministic else di.sample() for di in d]
+            logp = sum(di.log_prob(p) for di, p in zip(d, picks))
+            a = torch.stack(picks, dim=-1).float()
+        if self.central:
+            h_next = za
+        else:
+            h_next = torch.cat([za, self._critic_step(obs, h)], dim=-1)
+        v = self.value(obs, h, critic_obs).numpy() if with_value else None
+        return a.numpy(), logp.numpy(), v, h_next.numpy()  # type: ignore[union-attr]
+
+    def replay(self, obs: torch.Tensor, h0: torch.Tensor, first: torch.Tensor, actions: torch.Tensor,
+               masks: torch.Tensor | None = None, critic_obs: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Chunks of consecutive steps, replayed through the GRUs from their stored first hidden:
+        ``obs [S, C, D]``, ``h0 [S, hidden_dim]`` (the hidden the chunk's first step received),
+        ``first [S, C]`` bool (the hidden is zeroed before those steps: episode starts),
+        ``actions [S, C, dim]``, ``masks [S, C, logits]``, ``critic_obs [S, C, state]``
+        -> ``(logp, entropy, value)``, each ``[S, C]``. Padded steps are the caller's to mask."""
+        S, C = obs.shape[:2]
+        H = self.gru_hidden
+        ha = h0[:, :H]
+        hc = None if self.central else h0[:, H:]
+        xa = self.actor_enc(obs.reshape(S * C, -1)).reshape(S, C, -1)
+        xc = None if self.central else self.critic_enc(obs.reshape(S * C, -1)).reshape(S, C, -1)
+        outs_a, outs_c = [], []
+        for k in range(C):
+            if k:
+                keep = (~first[:, k]).unsqueeze(-1).to(ha.dtype)
+                ha = ha * keep
+                hc = hc * keep if hc is not None else None
+            ha = self.actor_gru(xa[:, k], ha)
+            outs_a.append(ha)
+            if hc is not None:
+                hc = self.critic_gru(xc[:, k], hc)  # type: ignore[index]
+                outs_c.append(hc)
+        za = torch.stack(outs_a, 1).reshape(S * C, H)
+        logp, ent = self._score(run_mlp(self.actor, za), actions.reshape(S * C, -1),
+                                masks.reshape(S * C, -1) if masks is not None else None)
+        if self.central:
+            v = run_mlp(self.critic, critic_obs.reshape(S * C, -1))  # type: ignore[union-attr]
+        else:
+            v = run_mlp(self.critic, torch.stack(outs_c, 1).reshape(S * C, H))
+        return logp.reshape(S, C), ent.reshape(S, C), v.reshape(S, C)
+
+
+def sequence_chunks(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut a batch into chunks of consecutive steps of one lane, for :meth:`RecurrentActorCritic.replay`.
+
+    ``ids [B, 4]`` (hdppo.platform.batch: worker, copy, env step, lane) -> ``(index [S, seq_len]
+    int64, valid [S, seq_len] bool)``: row s lists the samples of chunk s in step order, padded
+    with index 0 where ``valid`` is False. Each (worker, copy, lane) sequence is sorted by step
+    and cut every ``seq_len`` samples; every sample lies in exactly one chunk."""
+    if len(ids) == 0:
+        return np.zeros((0, seq_len), np.int64), np.zeros((0, seq_len), bool)
+    order = np.lexsort((ids[:, 2], ids[:, 3], ids[:, 1], ids[:, 0]))
+    key = ids[order][:, [0, 1, 3]]
+    new_seq = np.ones(len(order), bool)
+    new_seq[1:] = (key[1:] != key[:-1]).any(axis=1)
+    seq_id = np.cumsum(new_seq) - 1
+    starts = np.flatnonzero(new_seq)
+    pos = np.arange(len(order)) - starts[seq_id]           # position within its sequence
+    chunk_of_seq = pos // seq_len
+    new_chunk = new_seq | (pos % seq_len == 0)
+    chunk = np.cumsum(new_chunk) - 1
+    index = np.zeros((int(chunk[-1]) + 1, seq_len), np.int64)
+    valid = np.zeros_like(index, bool)
+    col = pos - chunk_of_seq * seq_len
+    index[chunk, col] = order
+    valid[chunk, col] = True
+    return index, valid
