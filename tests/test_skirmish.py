@@ -208,6 +208,10 @@ def test_render_is_an_rgb_frame():
         assert img.shape == (sc.height * 16, sc.width * 16, 3) and img.dtype == np.uint8
         assert img.shape[0] % 2 == 0 and img.shape[1] % 2 == 0
         assert len(np.unique(img.reshape(-1, 3), axis=0)) > 4  # background, obstacles, both teams, bars
+        for _ in range(30):
+            env.step(env.scripted_actions("nearest"))
+        later = env.render()
+        assert later.shape == img.shape and not np.array_equal(later, img)  # the armies moved
     with pytest.warns(UserWarning, match="without render_mode"):
         assert parallel_env().render() is None
 
@@ -330,10 +334,9 @@ def test_hierarchy_specs_build_over_squads_with_both_env_kinds():
 
 def test_training_by_config_flat_mappo(tmp_path):
     """A few updates of flat MAPPO (central critic) by config, through the ParallelEnv and the batched env."""
+    from conftest import ROOT
     from hdppo.platform.config import load_config
     from hdppo.platform.trainer import Trainer
-
-    from conftest import ROOT
 
     preset = load_config(ROOT / "configs" / "skirmish_flat.yaml")
     assert preset.layers[0].policy.central_critic and preset.env.type == "vector"

@@ -106,7 +106,7 @@ def focus_kite_policy(battle: Battle, team: int, rng: np.random.Generator) -> np
     """Focus fire on the weakest reachable enemy, kite enemy melee with ranged units and healers,
     heal the most hurt ally (see the module docstring)."""
     b = battle
-    own, other, d_foe, d_own = _sides(b, team)
+    own, other, d_foe, _ = _sides(b, team)
     mask = b.mask[:, own]
     N, U, Ke, Ka = b.N, b.U, b.Ke, b.Ka
     base = (np.arange(N) * U)[:, None, None]
