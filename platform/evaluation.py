@@ -1,6 +1,8 @@
 """Deterministic evaluation in this process: each policy's mode, frozen observation statistics."""
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..envs.vector import VecObs, VectorMultiAgentEnv
@@ -44,5 +46,48 @@ def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed
     sampler = eval_sampler(cfg, states, venv, first, specs)
     try:
         return run_episodes(sampler, episodes)
+    finally:
+        sampler.close()
+
+
+@dataclass
+class Episode:
+    """One evaluation episode: its env return (summed over agents), its length, and the env's
+    infos of its last step (agent -> info dict), where an env reports how the episode ended
+    (a game's ``win``, for example)."""
+
+    ret: float
+    length: int
+    infos: dict[str, dict]
+
+
+def run_episodes_with_infos(sampler: Sampler, episodes: int) -> list[Episode]:
+    """As :func:`hdppo.hierarchies.engine.run_episodes` (a fixed number of episodes per copy),
+    keeping each episode's last-step infos."""
+    n = sampler.N
+    quota = [episodes // n + (1 if i < episodes % n else 0) for i in range(n)]
+    out: list[Episode] = []
+    t0 = time.perf_counter()
+    while len(out) < episodes:
+        for ret, length, ci in sampler.step():
+            if quota[ci] > 0:
+                quota[ci] -= 1
+                infos = sampler.now.infos  # the step that ended the episode (before the copy's reset)
+                last = {a: dict(i) for a, i in infos[ci].items()} if infos is not None else {}
+                out.append(Episode(float(ret), int(length), last))
+        if time.perf_counter() - t0 > 3600:
+            raise RuntimeError(f"evaluation: {len(out)} of {episodes} episodes ended within an hour")
+    return out
+
+
+def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None,
+                      num_envs: int = 8) -> list[Episode]:
+    """As :func:`evaluate` (deterministic actions, the training sampler, ``num_envs`` copies at
+    most), returning each episode with the env's infos of its last step."""
+    seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
+    venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, num_envs)))
+    sampler = eval_sampler(cfg, states, venv, first, specs)
+    try:
+        return run_episodes_with_infos(sampler, episodes)
     finally:
         sampler.close()

@@ -1,0 +1,66 @@
+"""The skirmish hierarchies by config (configs/skirmish_hierarchy.yaml, skirmish_two_layers.yaml):
+a few updates of each, each layer its own group, and the deterministic evaluation that the
+benchmark reads win rates from (the env's end-of-episode infos), on 8v8 and on 10v10."""
+import pytest
+
+from conftest import ROOT
+from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+from hdppo.platform.config import load_config, validate
+from hdppo.platform.evaluation import evaluate_episodes
+from hdppo.platform.trainer import Trainer
+
+PRESETS = {"skirmish_hierarchy.yaml": ["strategy", "squad", "control"],
+           "skirmish_two_layers.yaml": ["squad", "control"]}
+
+
+def small(preset: str, steps: int = 1200) -> dict:
+    """The preset in this process with small batches and networks: a few updates per layer."""
+    cfg = load_config(ROOT / "configs" / preset, ["ray.backend=local", f"train.total_env_steps={steps}",
+                                                  "train.checkpoint_every=1", "train.eval_episodes=0"])
+    data = cfg.model_dump(mode="json")
+    data["env"]["kwargs"]["max_steps"] = 40
+    for layer in data["layers"]:
+        layer["dppo"].update(num_workers=1, num_envs_per_worker=4, train_batch_size=256 if layer["period"] == 1 else 32)
+        layer["ppo"].update(minibatch_size=32 if layer["period"] > 1 else 128, num_epochs=1)
+        layer["policy"]["hidden"] = [32, 32]
+    for group in data["groups"]:
+        group["dppo"].update(num_workers=1, num_envs_per_worker=4)
+    return data
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_shape(preset):
+    cfg = load_config(ROOT / "configs" / preset)
+    assert [layer.name for layer in cfg.layers] == PRESETS[preset]
+    assert cfg.layer_groups() == [[name] for name in PRESETS[preset]]  # each layer its own DPPO group
+    assert cfg.layers[-1].reward.intrinsic_fn == "skirmish_follow_order" and cfg.layers[-1].policy.central_critic
+    assert cfg.env.kwargs == {"scenario": "8v8_mixed", "opponent": "focus_kite"}
+    if "strategy" in PRESETS[preset]:
+        assert cfg.layer("squad").reward.intrinsic_fn == "skirmish_squad_objective"
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
+    cfg = validate(small(preset))
+    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+    assert summary["updates"] >= 2
+    logged = (tmp_path / "run" / "metrics.jsonl").read_text()
+    for name in PRESETS[preset]:
+        assert f'"layer": "{name}", "tag": "losses/approx_kl"' in logged, name
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+    assert set(states) == set(PRESETS[preset])
+    episodes = evaluate_episodes(cfg, states, 6, num_envs=3)
+    assert len(episodes) == 6
+    for ep in episodes:
+        ends = [i for i in ep.infos.values() if "outcome" in i]
+        assert ends and ends[0]["win"] + ends[0]["draw"] + (ends[0]["outcome"] < 0) == 1
+        assert 0 <= ends[0]["kills"] <= 8 and 0 < ep.length <= 40
+    # The same weights on 10v10 (squads of five): the benchmark's transfer game.
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from skirmish import games_of, scenario_config
+
+    big = scenario_config(cfg, "10v10_mixed", "focus_kite")
+    assert big.layer("squad").agents.squads["squad_1"] == [f"red_{i}" for i in range(5, 10)]
+    result = games_of(evaluate_episodes(big, states, 4, num_envs=2))
+    assert result["games"] == 4 and result["win"] + result["draw"] + result["loss"] == 4
