@@ -109,3 +109,16 @@ def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
     (r,) = report["results"]
     assert r["device"] == "cpu" and r["sgd_steps"] == 2 and r["median_s"] > 0
     assert "| 8x8 | cpu (1 thread) |" in (tmp_path / "learner_device.md").read_text()
+
+
+def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):
+    """benchmarks/skirmish.py: the scripted table end to end on a few games, and its intervals."""
+    import skirmish
+
+    lo, hi = skirmish.wilson(180, 200)
+    assert lo < 0.9 < hi and round(lo, 3) == 0.851 and skirmish.wilson(0, 10)[0] == 0.0
+    assert skirmish.spaced(list(range(10)), 4) == [0, 3, 6, 9] and skirmish.spaced([1, 2], 4) == [1, 2]
+    assert skirmish.main(["--quick", "--only", "scripted", "--games", "4", "--out", str(tmp_path / "s")]) == 0
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert len(report["scripted"]) == 9 and all(r["games"] == 4 for r in report["scripted"])
+    assert "| 3v3 | focus_kite | random |" in (tmp_path / "s.md").read_text()
