@@ -312,7 +312,7 @@ def render_markdown(report: dict) -> str:
                   f"{r['mean_steps']:.0f} |" for r in report["scripted"]]
         lines.append("")
     if report.get("notes"):
-        lines += ["## Notes", "", *report["notes"], ""]
+        lines += ["## Notes", "", *[f"- {n}" for n in report["notes"]], ""]
     return "\n".join(lines)
 
 
