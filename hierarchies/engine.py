@@ -118,11 +118,12 @@ class _Buffers:
     """A recorded layer's rows ``[T, N, L]``; row 0 holds transitions carried over from the last rollout."""
 
     FIELDS = ("value", "logp", "R", "rew", "gam", "env_r", "int_r", "bonus", "steps")
-    FLAGS = ("decided", "closed", "end", "term", "stop")
+    FLAGS = ("decided", "closed", "end", "term", "stop", "first")
 
-    def __init__(self, cap: int, N: int, L: int, obs_dim: int, act_dim: int, mask_dim: int, critic_dim: int):
+    def __init__(self, cap: int, N: int, L: int, obs_dim: int, act_dim: int, mask_dim: int, critic_dim: int,
+                 hidden_dim: int = 0):
         self.N, self.L = N, L
-        self.dims = {"obs": obs_dim, "act": act_dim, "mask": mask_dim, "critic": critic_dim}
+        self.dims = {"obs": obs_dim, "act": act_dim, "mask": mask_dim, "critic": critic_dim, "hidden": hidden_dim}
         self.cap = 0
         self._grow(cap)
         self.open_row = np.full((N, L), -1, np.int64)
@@ -133,11 +134,12 @@ class _Buffers:
         self.boot_obs: list[np.ndarray] = []
         self.boot_critic: list[np.ndarray] = []
         self.boot_value: list[np.ndarray | None] = []
+        self.boot_hidden: list[np.ndarray | None] = []  # a recurrent policy's hidden at each bootstrap view
         self.value_from = 1   # rows before this have their values
 
     def _alloc(self, T: int) -> dict[str, np.ndarray]:
         N, L, d = self.N, self.L, self.dims
-        out = {k: np.zeros((T, N, L, d[k]), np.float32) for k in ("obs", "act", "mask", "critic")}
+        out = {k: np.zeros((T, N, L, d[k]), np.float32) for k in ("obs", "act", "mask", "critic", "hidden")}
         out |= {k: np.zeros((T, N, L), np.float64 if k in ("R", "gam", "env_r", "int_r", "bonus", "steps") else np.float32)
                 for k in self.FIELDS}
         out |= {k: np.zeros((T, N, L), bool) for k in self.FLAGS}
@@ -184,6 +186,7 @@ class _Buffers:
         self.dense_row = 0 if open_.all() else -1
         self.decided_n = 0
         self.boot_rows, self.boot_obs, self.boot_critic, self.boot_value = [], [], [], []
+        self.boot_hidden = []
         self.value_from = 1
 
 
@@ -227,10 +230,19 @@ class Sampler:
         bottom = specs[-1]
         self.env_act = env_actions(bottom.action_space, self.N * A).reshape((self.N, A, *bottom.action_space.shape))  # type: ignore[union-attr]
         self.buffers: dict[str, _Buffers] = {}
+        # A recurrent policy's hidden state per (copy, lane), as its next decision receives it, and
+        # whether it was reset since the lane's last decision (stored with the step: Batch.first).
+        self.hidden: dict[str, np.ndarray] = {}
+        self.fresh: dict[str, np.ndarray] = {}
+        for p, s in zip(self.plans, specs):
+            if getattr(policies[s.name], "recurrent", False):
+                self.hidden[s.name] = np.zeros((self.N, p.L, policies[s.name].hidden_dim), np.float32)
+                self.fresh[s.name] = np.ones((self.N, p.L), bool)
         for p, s in zip(self.plans, specs):
             if s.name in self.tracks:
                 self.buffers[s.name] = _Buffers(64, self.N, p.L, s.obs_dim, policies[s.name].head.dim, s.mask_dim,
-                                                s.critic_dim or 0)
+                                                s.critic_dim or 0,
+                                                self.hidden[s.name].shape[-1] if s.name in self.hidden else 0)
         self.command_counts = {s.name: np.zeros(s.cfg.action.n or 0, np.int64) for s in specs
                                if not s.bottom and s.cfg.action.type == "discrete"}
         self.env_steps = 0
@@ -325,10 +337,19 @@ class Sampler:
                          else np.ones((len(obs), p.spec.mask_dim), np.float32))
             crit = (critic.reshape(-1, critic.shape[-1]) if every else critic[due]) if critic is not None else None
             policy = self.policies[p.name]
-            actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
-                                          torch.from_numpy(masks) if masks is not None else None,
-                                          torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
-                                          with_value=False)
+            hid = self.hidden.get(p.name)
+            if hid is None:
+                actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
+                                              torch.from_numpy(masks) if masks is not None else None,
+                                              torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
+                                              with_value=False)
+            else:
+                h_in = hid.reshape(-1, hid.shape[-1]).copy() if every else hid[due]
+                first = self.fresh[p.name].reshape(-1).copy() if every else self.fresh[p.name][due]
+                actions, logp, _, h_next = policy.act(
+                    torch.from_numpy(obs), torch.from_numpy(h_in), self.deterministic,
+                    torch.from_numpy(masks) if masks is not None else None,
+                    torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None, with_value=False)
             # Where the due lanes' values go: whole rows when every lane is due (a flat run,
             # every step), else the lanes' positions.
             if every:
@@ -338,6 +359,9 @@ class Sampler:
                 lanes = np.nonzero(due)
                 shaped = _same
             self.last_action[p.name][lanes] = shaped(actions)
+            if hid is not None:
+                hid[lanes] = shaped(h_next)
+                self.fresh[p.name][lanes] = False
             if p.bottom:
                 env_vals = policy.head.to_env_array(actions)
                 if every and p.all_slots:
@@ -361,6 +385,9 @@ class Sampler:
                 buf.mask[row] = shaped(masks)
             if crit is not None:
                 buf.critic[row] = shaped(crit)
+            if hid is not None:
+                buf.hidden[row] = shaped(h_in)
+                buf.first[row] = shaped(first)
             buf.decided[row] = True
             buf.version[row] = self.version[p.name]
             buf.at_step[row] = self.copy_steps
@@ -470,6 +497,8 @@ class Sampler:
                     trunc_cnt = self.agent_trunc.astype(np.float64) @ p.membership
                     truncated = (ended_cnt > 0) & (trunc_cnt == ended_cnt)
                 self._close(p, buf, closing, end=True, truncated=truncated, res=res)
+        if self.hidden:
+            self._reset_hidden(ended_now, end, any_end)
         # Copies whose episode ended start the next one.
         if any_end:
             self.ep_t[end] = 0
@@ -480,6 +509,20 @@ class Sampler:
             self.ep_t[~end] += 1
         else:
             self.ep_t += 1
+
+    def _reset_hidden(self, ended_now: np.ndarray, end: np.ndarray, any_end: bool) -> None:
+        """Recurrent layers: zero the hidden of lanes whose episode ended (every lane of a copy
+        that ended; a bottom lane whose agent ended), after their transitions were closed."""
+        for p in self.plans:
+            hid = self.hidden.get(p.name)
+            if hid is None:
+                continue
+            reset = (ended_now if p.all_slots else ended_now[:, p.lane_slots]) if p.bottom else np.zeros((self.N, p.L), bool)
+            if any_end:
+                reset = reset | end[:, None]
+            if reset.any():
+                hid[reset] = 0.0
+                self.fresh[p.name][reset] = True
 
     # -- closing transitions ---------------------------------------------------------------------
     def _close(self, p: _Plan, buf: _Buffers, closing: np.ndarray, end: bool,
@@ -520,6 +563,8 @@ class Sampler:
             buf.boot_obs.append(self.obs_norms[p.name](x[view]))
             buf.boot_critic.append(critic[view] if critic is not None else np.zeros((int(boot.sum()), 0), np.float32))
             buf.boot_value.append(None)
+            # The hidden the lane's next step would have received (its reset comes after the close).
+            buf.boot_hidden.append(self.hidden[p.name][view] if p.name in self.hidden else None)
 
     # -- values, GAE, batches --------------------------------------------------------------------
     def flush_values(self) -> None:
@@ -534,14 +579,21 @@ class Sampler:
                     obs = buf.obs[lo:hi][sel]
                     critic = buf.critic[lo:hi][sel]
                     with torch.inference_mode():
-                        v = policy.value(torch.from_numpy(obs), torch.from_numpy(critic) if policy.central else None)
+                        if name in self.hidden:
+                            v = policy.value(torch.from_numpy(obs), torch.from_numpy(buf.hidden[lo:hi][sel]),
+                                             torch.from_numpy(critic) if policy.central else None)
+                        else:
+                            v = policy.value(torch.from_numpy(obs), torch.from_numpy(critic) if policy.central else None)
                     buf.value[lo:hi][sel] = v.numpy()
                 buf.value_from = hi
             for k, val in enumerate(buf.boot_value):
                 if val is None:
                     with torch.inference_mode():
-                        v = policy.value(torch.from_numpy(buf.boot_obs[k]),
-                                         torch.from_numpy(buf.boot_critic[k]) if policy.central else None)
+                        crit_k = torch.from_numpy(buf.boot_critic[k]) if policy.central else None
+                        if buf.boot_hidden[k] is not None:
+                            v = policy.value(torch.from_numpy(buf.boot_obs[k]), torch.from_numpy(buf.boot_hidden[k]), crit_k)
+                        else:
+                            v = policy.value(torch.from_numpy(buf.boot_obs[k]), crit_k)
                     buf.boot_value[k] = v.numpy()
 
     def _cut(self) -> None:
@@ -578,7 +630,7 @@ class Sampler:
             batch = Batch(obs=buf.obs[:T][sel], actions=buf.act[:T][sel], logp=buf.logp[:T][sel], values=v,
                           advantages=a.astype(np.float32), returns=(a + v).astype(np.float32),
                           masks=buf.mask[:T][sel], critic_obs=buf.critic[:T][sel], versions=buf.version[:T][sel],
-                          ids=self._ids(buf, sel))
+                          ids=self._ids(buf, sel), hidden=buf.hidden[:T][sel], first=buf.first[:T][sel])
             counts = self.command_counts.get(p.name)
             out[p.name] = Harvest(batch, float(buf.env_r[:T][sel].sum()), float(buf.int_r[:T][sel].sum()),
                                   float(buf.bonus[:T][sel].sum()),

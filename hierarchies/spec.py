@@ -191,6 +191,11 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     p = spec.cfg.policy
     if p.encoder == "mlp":
         return None
+    if p.encoder in ("gru", "cnn_gru") and spec.cfg.dppo.mode == "dppo":
+        raise _layer_error(spec, "policy.encoder", f"{p.encoder!r} needs dppo.mode 'central' for now: the workers' "
+                           "gradient path (mode 'dppo') does not replay GRU chunks yet.")
+    if p.encoder == "gru":
+        return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": None}
     shape = p.image_shape
     if shape is None:
         space = probe.observation_space(known[0])
@@ -210,8 +215,11 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     if int(np.prod(chw)) > env_dim:
         raise _layer_error(spec, "policy.image_shape", f"the image {list(shape)} has {int(np.prod(chw))} values, "
                            f"more than the layer's env observation ({env_dim}).")
-    return {"kind": "cnn", "chw": chw, "channels_last": last, "channels": list(p.cnn_channels),
-            "features": int(p.cnn_features)}
+    cnn = {"kind": "cnn", "chw": chw, "channels_last": last, "channels": list(p.cnn_channels),
+           "features": int(p.cnn_features)}
+    if p.encoder == "cnn_gru":
+        return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": cnn}
+    return cnn
 
 
 def needs_state(cfg: Config) -> bool:

@@ -38,6 +38,8 @@ class Batch:
     versions: np.ndarray = None     # [B] int64: the weights version that chose each action (staleness)
     weights: np.ndarray = None      # [B] float32 loss weight of each sample (1; less for stale samples)
     ids: np.ndarray = None          # [B, 4] int64 origin of each sample (ID_* columns); not used by the loss
+    hidden: np.ndarray = None       # [B, H] float32: a recurrent policy's hidden state as the step received it, or [B, 0]
+    first: np.ndarray = None        # [B] bool: the hidden was reset (zero) before this step (episode or lane start)
 
     def __post_init__(self) -> None:
         n = self.obs.shape[0]
@@ -51,6 +53,10 @@ class Batch:
             self.weights = np.ones(n, np.float32)
         if self.ids is None:
             self.ids = no_ids(n)
+        if self.hidden is None:
+            self.hidden = np.zeros((n, 0), np.float32)
+        if self.first is None:
+            self.first = np.zeros(n, bool)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -79,6 +85,8 @@ class TorchBatch:
     critic_obs: torch.Tensor
     versions: torch.Tensor
     weights: torch.Tensor
+    hidden: torch.Tensor
+    first: torch.Tensor
 
     def take(self, idx: torch.Tensor) -> "TorchBatch":
         return TorchBatch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})

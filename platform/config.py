@@ -61,12 +61,21 @@ class PolicyConfig(_Strict):
     activation: Literal["tanh", "relu", "elu"] = Field("tanh", description="Hidden activation.")
     init_log_std: float = Field(0.0, description="Initial log-std of a Gaussian (Box) policy.")
     central_critic: bool = Field(False, description="MAPPO-style: the critic reads the env's global state().")
-    encoder: Literal["mlp", "cnn"] = Field(
+    encoder: Literal["mlp", "cnn", "gru", "cnn_gru"] = Field(
         "mlp", description="'mlp': the flat input goes straight to the hidden layers. 'cnn': the first "
         "prod(image_shape) input values are an image, read by a small conv stack (3x3 convs, stride 1, for "
         "images up to 32 pixels a side; Nature-DQN 8/4/3 strides above), flattened to cnn_features and "
         "joined with the rest of the input (command one-hot, agent id) before the hidden layers. Actor and "
-        "critic each get their own conv stack (a central critic reads state() through an MLP).")
+        "critic each get their own conv stack (a central critic reads state() through an MLP). 'gru': a GRU "
+        "cell (gru_hidden) ahead of the hidden layers, its state carried across the layer's decisions, reset "
+        "where an episode (or the lane's agent) ends, stored with each step and replayed by the learner in "
+        "chunks of seq_len decisions. 'cnn_gru': the conv stack, then the GRU. Recurrent layers: mode "
+        "central only for now, and no export.")
+    gru_hidden: int = Field(64, ge=1, description="encoder 'gru'/'cnn_gru': width of the GRU state (actor and "
+                            "critic each have one).")
+    seq_len: int = Field(16, ge=1, description="encoder 'gru'/'cnn_gru': decisions per chunk the learner "
+                         "replays through the GRU from the stored state at the chunk's start (backpropagation "
+                         "through time over at most this many steps).")
     image_shape: Optional[list[int]] = Field(
         None, description="encoder 'cnn': the image's shape as the env gives it, [H, W, C] or [C, H, W]; "
         "null infers it from the bottom layer's rank-3 Box observation space.")

@@ -9,7 +9,7 @@ from ..envs.vector import VecObs, VectorMultiAgentEnv
 from ..hierarchies.engine import Sampler, run_episodes
 from ..hierarchies.spec import LayerSpec, probe_env
 from .config import Config
-from ..policies.networks import ActorCritic
+from ..policies.networks import make_policy
 from ..policies.normalizers import ObservationNormalizer, RunningStats
 
 
@@ -31,7 +31,7 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
-        policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim,
+        policies[s.name] = make_policy(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim,
                                        s.encoder)
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])

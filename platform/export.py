@@ -122,6 +122,9 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
     finally:
         venv.close()
     p = spec.cfg.policy
+    if spec.encoder and spec.encoder.get("kind") == "gru":
+        raise ExportError(f"layer {layer!r} has a recurrent policy (policy.encoder {p.encoder!r}): export of a GRU "
+                          "layer (its hidden state as an extra input and output) is not supported yet.")
     policy = ActorCritic(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim,
                          spec.encoder)
     policy.load_state_dict(state["policy"])

@@ -25,7 +25,7 @@ from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from .messages import Accounting, GradientResult, UpdateResult
 from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
-from ..policies.networks import ActorCritic
+from ..policies.networks import make_policy, sequence_chunks
 from ..policies.normalizers import RunningStats
 from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
 from ..policies.schedules import linear
@@ -50,7 +50,7 @@ class Learner:
         # minibatches live there; everything that leaves the learner is on CPU.
         check_visible(device, f"layer {self.layer.name!r}: learner.device")
         self.device = torch.device(device)
-        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim,
+        self.policy = make_policy(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim,
                                   encoder).to(self.device)
         # The parameter list, once: nn.Module.parameters() walks the module tree on every call,
         # and an update makes hundreds of optimizer steps.
@@ -113,14 +113,25 @@ class Learner:
         self.optimizer.step()
         return norm
 
-    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float):
+    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None):
         p = self.layer.ppo
         return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
-                              vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages)
+                              vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
+                              chunks=chunks)
+
+    def _chunks(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
+        """A recurrent layer's batch as chunks of ``policy.seq_len`` consecutive decisions of one
+        lane (from the sample ids); None for an MLP or CNN layer."""
+        if not getattr(self.policy, "recurrent", False):
+            return None
+        return sequence_chunks(batch.ids, self.layer.policy.seq_len)
 
     def gradient(self, batch: Batch, adv_mean: float, adv_std: float, entropy_coeff: float) -> list[torch.Tensor]:
         """Gradient of the mean loss over ``batch`` without stepping (for tests and diagnostics)."""
-        return gradients(self.policy, self._loss(self._tensors(batch), adv_mean, adv_std, entropy_coeff).total)
+        chunks = self._chunks(batch)
+        if chunks is not None:
+            chunks = tuple(torch.as_tensor(c, device=self.device) for c in chunks)
+        return gradients(self.policy, self._loss(self._tensors(batch), adv_mean, adv_std, entropy_coeff, chunks).total)
 
     def _tensors(self, batch: Batch):
         """``batch`` as tensors on the learner's device: on CPU they share the arrays' memory; on
@@ -186,12 +197,20 @@ class Learner:
         tb = self._tensors(batch)
         n = len(batch)
         k = max(1, round(n / self.layer.ppo.minibatch_size))
+        chunks = self._chunks(batch)
+        if chunks is not None:  # a recurrent layer: minibatches of whole chunks, indexing the whole batch
+            index, valid = (torch.as_tensor(c, device=self.device) for c in chunks)
+            k = min(k, len(index))
         logs: list[dict[str, float]] = []
         for _ in range(self.layer.ppo.num_epochs):
             epoch_kl = []
-            for idx in np.array_split(self._rng.permutation(n), k):
-                mb = tb.take(torch.as_tensor(idx, device=self.device))
-                terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"])
+            for idx in np.array_split(self._rng.permutation(n if chunks is None else len(index)), k):
+                if chunks is None:
+                    mb, mb_chunks = tb.take(torch.as_tensor(idx, device=self.device)), None
+                else:
+                    sel = torch.as_tensor(idx, device=self.device)
+                    mb, mb_chunks = tb, (index[sel], valid[sel])
+                terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"], mb_chunks)
                 grad_norm = self._step(gradients(self.policy, terms.total, self.params), coefs["lr"])
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
                 epoch_kl.append(float(terms.approx_kl))

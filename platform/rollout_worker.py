@@ -32,7 +32,7 @@ from .messages import GradientResult
 LOST_IDS = "hdppo_lost_ids"
 from ..policies.bonuses import make_bonus
 from ..policies.compression import compress
-from ..policies.networks import ActorCritic
+from ..policies.networks import ActorCritic, make_policy
 from ..policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
 from ..policies.ppo_update import gradients, minibatch_loss
 from ..policies.schedules import linear
@@ -71,7 +71,7 @@ class RolloutWorker:
         for s in self.specs:
             layer = s.cfg
             p, n = layer.policy, layer.normalization
-            self.policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std,
+            self.policies[s.name] = make_policy(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std,
                                                 s.critic_dim, s.encoder)
             self.obs_norms[s.name] = ObservationNormalizer((s.obs_dim,), n.clip, n.observation)
             self.scalers[s.name] = RewardScaler(d.num_envs_per_worker, layer.ppo.gamma, n.clip, n.reward)

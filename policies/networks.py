@@ -372,10 +372,10 @@ class RecurrentActorCritic(nn.Module):
                 hc = self.critic_gru(xc[:, k], hc)  # type: ignore[index]
                 outs_c.append(hc)
         za = torch.stack(outs_a, 1).reshape(S * C, H)
-        logp, ent = self._score(run_mlp(self.actor, za), actions.reshape(S * C, -1),
-                                masks.reshape(S * C, -1) if masks is not None else None)
+        logp, ent = self._score(run_mlp(self.actor, za), actions.reshape(S * C, actions.shape[-1]),
+                                masks.reshape(S * C, masks.shape[-1]) if masks is not None else None)
         if self.central:
-            v = run_mlp(self.critic, critic_obs.reshape(S * C, -1))  # type: ignore[union-attr]
+            v = run_mlp(self.critic, critic_obs.reshape(S * C, critic_obs.shape[-1]))  # type: ignore[union-attr]
         else:
             v = run_mlp(self.critic, torch.stack(outs_c, 1).reshape(S * C, H))
         return logp.reshape(S, C), ent.reshape(S, C), v.reshape(S, C)
@@ -406,3 +406,14 @@ def sequence_chunks(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarr
     index[chunk, col] = order
     valid[chunk, col] = True
     return index, valid
+
+
+def make_policy(obs_dim: int, action_space: gym.Space, hidden: Sequence[int] = (64, 64), activation: str = "tanh",
+                init_log_std: float = 0.0, critic_dim: int | None = None,
+                encoder: dict | None = None) -> "ActorCritic | RecurrentActorCritic":
+    """The layer's policy for ``encoder`` (hierarchies.spec.encoder_spec): an ActorCritic (MLP,
+    CNN), or a RecurrentActorCritic (``{"kind": "gru", "gru_hidden", "seq_len", "cnn"}``)."""
+    if encoder and encoder.get("kind") == "gru":
+        return RecurrentActorCritic(obs_dim, action_space, hidden, activation, init_log_std, critic_dim,
+                                    encoder["gru_hidden"], encoder.get("cnn"))
+    return ActorCritic(obs_dim, action_space, hidden, activation, init_log_std, critic_dim, encoder)

@@ -10,10 +10,20 @@ from .ppo_loss import LossTerms, normalize_advantages, ppo_loss
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
                    value_clip: float | None, vf_coeff: float, entropy_coeff: float,
-                   normalize: bool = True) -> LossTerms:
-    """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples."""
-    logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks)
-    values = policy.value(mb.obs, mb.critic_obs)
+                   normalize: bool = True, chunks: tuple | None = None) -> LossTerms:
+    """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples. A recurrent
+    policy takes ``chunks = (index [S, C], valid [S, C])`` (networks.sequence_chunks) into ``mb``:
+    each chunk is replayed through the GRU from its first step's stored hidden, and the loss
+    covers the valid steps only."""
+    if chunks is not None:
+        index, valid = chunks
+        logp_s, ent_s, v_s = policy.replay(mb.obs[index], mb.hidden[index[:, 0]], mb.first[index], mb.actions[index],
+                                           mb.masks[index], mb.critic_obs[index])
+        logp, entropy, values = logp_s[valid], ent_s[valid], v_s[valid]
+        mb = mb.take(index[valid])
+    else:
+        logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks)
+        values = policy.value(mb.obs, mb.critic_obs)
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
     # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
     weight = mb.weights if bool((mb.weights != 1).any()) else None

@@ -114,6 +114,38 @@ def lit_side(**kwargs):
     return LitSideEnv(**kwargs)
 
 
+class RememberBitEnv(gym.Env):
+    """A memory task: observation ``[cue, last]``; the cue (+1 or -1) is shown at step 0 only,
+    ``last`` is 1 on the final step of ``length``. Reward 1 on the final step when the action
+    names the cue (0 for -1, 1 for +1), else 0. A memoryless policy scores 0.5 an episode at best."""
+
+    metadata = {"name": "remember_bit"}
+
+    def __init__(self, length: int = 4):
+        self.length = length
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.bit = int(self.np_random.integers(2))
+        return np.array([2.0 * self.bit - 1.0, 0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length - 1
+        reward = 0.0
+        if self.t == self.length:
+            return np.zeros(2, np.float32), float(int(action) == self.bit), True, False, {}
+        return np.array([0.0, 1.0 if done else 0.0], np.float32), reward, False, False, {}
+
+
+def remember_bit(**kwargs):
+    return RememberBitEnv(**kwargs)
+
+
 def countdown_wrong_shape():
     return gym.wrappers.TimeLimit(CountdownEnv(bad="wrong_shape"), 10)
 

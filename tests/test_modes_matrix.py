@@ -38,8 +38,23 @@ def _layers(hierarchy: bool, sync: str, mode: str) -> list[dict]:
 @pytest.mark.parametrize("sync,mode", [("sync", "central"), ("pipeline", "central"), ("soft", "central"),
                                        ("async", "central"), ("sync", "dppo")])
 def test_every_sync_mode_with_every_env_kind(tmp_path, kind, sync, mode):
+    _run(tmp_path, kind, sync, mode)
+
+
+@pytest.mark.parametrize("kind", ["gymnasium", "pettingzoo", "hierarchy"])
+@pytest.mark.parametrize("sync", ["sync", "pipeline", "soft", "async"])
+def test_a_gru_layer_in_every_sync_mode(tmp_path, kind, sync):
+    """policy.encoder 'gru' (mode central): on the only layer of a flat run, and on the strategy
+    layer of a hierarchy (acting every 4 steps, carrying its hidden across its own decisions)."""
+    _run(tmp_path, kind, sync, "central", gru=True)
+
+
+def _run(tmp_path, kind: str, sync: str, mode: str, gru: bool = False) -> None:
     env, hierarchy = ENVS[kind]
-    cfg = validate(tiny_config(env=env, layers=_layers(hierarchy, sync, mode),
+    layers = _layers(hierarchy, sync, mode)
+    if gru:
+        layers[0]["policy"] = {"encoder": "gru", "gru_hidden": 8, "seq_len": 4}
+    cfg = validate(tiny_config(env=env, layers=layers,
                                train={"total_env_steps": 600 if hierarchy else 400, "checkpoint_every": 100,
                                       "eval_episodes": 1}, diagnostics={"accounting": True}))
     trainer = Trainer(cfg, tmp_path / "run", quiet=True)
