@@ -251,8 +251,8 @@ def flat_obs_dim(space: gym.Space) -> int:
 
 class RecurrentActorCritic(nn.Module):
     """A GRU actor-critic: ``obs [B, D]`` and hidden ``h [B, hidden_dim]`` -> action
-    distribution, value, and the next hidden. Building block of ``policy.encoder: gru`` (not yet
-    selectable in a config: the sampler and learner wiring is still to come).
+    distribution, value, and the next hidden: ``policy.encoder: gru`` (or ``cnn_gru``), built by
+    :func:`make_policy`; the sampler carries the hidden, the learner replays chunks (:meth:`replay`).
 
     Actor and critic each have their own GRU cell (as the MLP policy keeps them apart, so the
     value loss never shapes the actor's memory); ``h`` holds both, actor first:

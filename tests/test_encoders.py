@@ -183,3 +183,14 @@ def test_gru_remembers_what_an_mlp_cannot(tmp_path):
     mlp = Trainer(_memory_config("mlp", 10_000), tmp_path / "mlp", quiet=True).train()
     assert gru["eval_return_mean"] >= 0.9, gru["eval_return_mean"]
     assert mlp["eval_return_mean"] <= 0.75, mlp["eval_return_mean"]
+
+
+def test_gru_refuses_mode_dppo_and_export(tmp_path):
+    from hdppo.platform.errors import ExportError
+    from hdppo.platform.export import export_layer
+
+    with pytest.raises(ConfigError, match="dppo.mode 'central'"):
+        probe_env(validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "gru"},
+                                                "dppo": {"mode": "dppo"}}])), 0)
+    with pytest.raises(ExportError, match="recurrent policy"):
+        export_layer(_memory_config("gru", 512), {}, "control", "torchscript", tmp_path / "x.pt")
