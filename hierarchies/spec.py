@@ -191,9 +191,6 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     p = spec.cfg.policy
     if p.encoder == "mlp":
         return None
-    if p.encoder in ("gru", "cnn_gru") and spec.cfg.dppo.mode == "dppo":
-        raise _layer_error(spec, "policy.encoder", f"{p.encoder!r} needs dppo.mode 'central' for now: the workers' "
-                           "gradient path (mode 'dppo') does not replay GRU chunks yet.")
     if p.encoder == "gru":
         return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": None}
     shape = p.image_shape

@@ -69,8 +69,8 @@ class PolicyConfig(_Strict):
         "critic each get their own conv stack (a central critic reads state() through an MLP). 'gru': a GRU "
         "cell (gru_hidden) ahead of the hidden layers, its state carried across the layer's decisions, reset "
         "where an episode (or the lane's agent) ends, stored with each step and replayed by the learner in "
-        "chunks of seq_len decisions. 'cnn_gru': the conv stack, then the GRU. Recurrent layers: mode "
-        "central only for now, and no export.")
+        "chunks of seq_len decisions (in mode dppo each worker replays whole chunks of its own batch). "
+        "'cnn_gru': the conv stack, then the GRU. A recurrent layer cannot be exported yet.")
     gru_hidden: int = Field(64, ge=1, description="encoder 'gru'/'cnn_gru': width of the GRU state (actor and "
                             "critic each have one).")
     seq_len: int = Field(16, ge=1, description="encoder 'gru'/'cnn_gru': decisions per chunk the learner "

@@ -32,7 +32,7 @@ from .messages import GradientResult
 LOST_IDS = "hdppo_lost_ids"
 from ..policies.bonuses import make_bonus
 from ..policies.compression import compress
-from ..policies.networks import ActorCritic, make_policy
+from ..policies.networks import ActorCritic, make_policy, sequence_chunks
 from ..policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
 from ..policies.ppo_update import gradients, minibatch_loss
 from ..policies.schedules import linear
@@ -211,19 +211,30 @@ class RolloutWorker:
         policy = self.policies[name]
         policy.load_state_dict(deref(weights))
         # The same permutation for every minibatch of an epoch: derived from (seed, version, epoch).
-        perm = np.random.default_rng((self.cfg.train.seed, self.index, self.versions[name], epoch)).permutation(len(batch))
-        idx = np.array_split(perm, num_minibatches)[minibatch]
-        mb = batch.take(idx).to_torch()
+        rng = np.random.default_rng((self.cfg.train.seed, self.index, self.versions[name], epoch))
+        chunks = None
+        if getattr(policy, "recurrent", False):  # a GRU layer: this worker's share is whole chunks, as in mode central
+            index, valid = sequence_chunks(batch.ids, self.cfg.layer(name).policy.seq_len)
+            pick = np.array_split(rng.permutation(len(index)), num_minibatches)[minibatch]
+            mb, chunks, count = batch.to_torch(), (torch.as_tensor(index[pick]), torch.as_tensor(valid[pick])), int(valid[pick].sum())
+        else:
+            idx = np.array_split(rng.permutation(len(batch)), num_minibatches)[minibatch]
+            mb, count = batch.take(idx).to_torch(), len(idx)
         p = self.cfg.layer(name).ppo
+        if chunks is not None and not count:  # more minibatches than this worker has chunks: nothing to add
+            grads: Any = [torch.zeros_like(q) for q in policy.parameters()]
+            info = {k: 0.0 for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
+            return GradientResult(grads, 0, info)
         terms = minibatch_loss(policy, mb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
-                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages)
-        grads: Any = gradients(policy, terms.total)
+                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
+                               chunks=chunks)
+        grads = gradients(policy, terms.total)
         info = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
         scheme = self.cfg.layer(name).dppo.compression
         if scheme != "none":
             # Error feedback: what this worker's quantiser lost is added to its next message.
             grads, self._residuals[name] = compress(grads, scheme, self._residuals.get(name))
-        return GradientResult(grads, len(idx), info)
+        return GradientResult(grads, count, info)
 
     # -- state ---------------------------------------------------------------------------------
     def get_state(self) -> dict:

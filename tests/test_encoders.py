@@ -185,12 +185,37 @@ def test_gru_remembers_what_an_mlp_cannot(tmp_path):
     assert mlp["eval_return_mean"] <= 0.75, mlp["eval_return_mean"]
 
 
-def test_gru_refuses_mode_dppo_and_export(tmp_path):
+def test_gru_refuses_export(tmp_path):
     from hdppo.platform.errors import ExportError
     from hdppo.platform.export import export_layer
 
-    with pytest.raises(ConfigError, match="dppo.mode 'central'"):
-        probe_env(validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "gru"},
-                                                "dppo": {"mode": "dppo"}}])), 0)
     with pytest.raises(ExportError, match="recurrent policy"):
         export_layer(_memory_config("gru", 512), {}, "control", "torchscript", tmp_path / "x.pt")
+
+
+def test_gru_dppo_gradient_equals_central_gradient():
+    """Workers replaying their own chunks give, averaged by samples, the central gradient."""
+    from hdppo.platform.batch import Batch, advantage_moments
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+    from hdppo.platform.rollout_worker import RolloutWorker
+    from hdppo.policies.ppo_update import average_gradients
+
+    cfg = validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "gru", "gru_hidden": 8, "seq_len": 5},
+                                        "ppo": {"minibatch_size": 64},
+                                        "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 256,
+                                                 "mode": "dppo"}}]))
+    svc = ParameterService()
+    workers = [RolloutWorker(cfg, ["control"], i, 2, svc) for i in range(2)]
+    spec = workers[0].specs[0]
+    learner = Learner(cfg, 0, spec.obs_dim, spec.action_space, svc, encoder=spec.encoder)
+    for w in workers:
+        w.policies["control"].requires_grad_(True)
+    rollouts = [w.sample()["control"] for w in workers]
+    mean, std = advantage_moments([r.stats for r in rollouts])
+    central = learner.gradient(Batch.concat([r.batch for r in rollouts]), mean, std, 0.01)
+    parts = [w.gradient(learner.weights(), 0, 0, 1, mean, std, 0.01) for w in workers]
+    assert [p.num_samples for p in parts] == [len(r.batch) for r in rollouts]
+    for x, y in zip(average_gradients([p.grads for p in parts], [p.num_samples for p in parts]), central):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+    assert any(g.abs().sum() > 0 for g in central)

@@ -42,11 +42,12 @@ def test_every_sync_mode_with_every_env_kind(tmp_path, kind, sync, mode):
 
 
 @pytest.mark.parametrize("kind", ["gymnasium", "pettingzoo", "hierarchy"])
-@pytest.mark.parametrize("sync", ["sync", "pipeline", "soft", "async"])
-def test_a_gru_layer_in_every_sync_mode(tmp_path, kind, sync):
-    """policy.encoder 'gru' (mode central): on the only layer of a flat run, and on the strategy
-    layer of a hierarchy (acting every 4 steps, carrying its hidden across its own decisions)."""
-    _run(tmp_path, kind, sync, "central", gru=True)
+@pytest.mark.parametrize("sync,mode", [("sync", "central"), ("pipeline", "central"), ("soft", "central"),
+                                       ("async", "central"), ("sync", "dppo")])
+def test_a_gru_layer_in_every_sync_mode(tmp_path, kind, sync, mode):
+    """policy.encoder 'gru': on the only layer of a flat run, and on the strategy layer of a
+    hierarchy (acting every 4 steps, carrying its hidden across its own decisions)."""
+    _run(tmp_path, kind, sync, mode, gru=True)
 
 
 def _run(tmp_path, kind: str, sync: str, mode: str, gru: bool = False) -> None:
