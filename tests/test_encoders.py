@@ -219,3 +219,17 @@ def test_gru_dppo_gradient_equals_central_gradient():
     for x, y in zip(average_gradients([p.grads for p in parts], [p.num_samples for p in parts]), central):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
     assert any(g.abs().sum() > 0 for g in central)
+
+
+def test_cnn_then_gru_trains(tmp_path):
+    cfg = validate(tiny_config(
+        env={"entry_point": "scripted_envs:lit_side"},
+        layers=[{"name": "control", "policy": {"encoder": "cnn_gru", "cnn_channels": [4], "cnn_features": 8,
+                                               "gru_hidden": 8, "seq_len": 4, "hidden": [8]},
+                 "ppo": {"minibatch_size": 32, "num_epochs": 1},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 2, "train_batch_size": 128}}],
+        train={"total_env_steps": 384, "checkpoint_every": 100, "eval_episodes": 1}))
+    venv, _, specs = probe_env(cfg, 0)
+    venv.close()
+    assert specs[0].encoder["kind"] == "gru" and specs[0].encoder["cnn"]["chw"] == (2, 8, 8)
+    assert Trainer(cfg, tmp_path / "run", quiet=True).train()["env_steps"] >= 384
