@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not learning"
+	$(PY) -m pytest -q -m "not learning and not cluster"
 
 clean:
 	rm -rf runs .pytest_cache

@@ -13,12 +13,13 @@ import textwrap
 from pathlib import Path
 
 from .errors import HdppoError
+from .working_dir import use_working_dir
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .trainer import train_from_file
 
-    summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume)
+    summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume, args.working_dir)
     run_dir = summary["run_dir"]
     if "stopped" in summary:
         return _report_stop(args, summary)
@@ -42,7 +43,8 @@ def _report_stop(args: argparse.Namespace, summary: dict) -> int:
               "dropped; the checkpoint is the state after the last update logged")
     print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, tb/, checkpoints/)")
     resume = ["hdppo", "train", args.config, *[a for s in args.set for a in ("--set", s)], "--run-dir", run_dir,
-              *(["--address", args.address] if args.address else []), "--resume"]
+              *(["--address", args.address] if args.address else []),
+              *(["--working-dir", args.working_dir] if args.working_dir else []), "--resume"]
     print(f"[hdppo] resume: {shlex.join(resume)}")
     return stop["exit_code"]
 
@@ -54,7 +56,9 @@ def _run_dir_config(run_dir: Path, fix: str):
 
     if not (run_dir / "config.yaml").is_file():
         raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). {fix}")
-    return load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / "config.yaml")
+    use_working_dir(cfg.ray.working_dir)  # where the run's env and reward modules are
+    return cfg
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -127,7 +131,9 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     if target.endswith((".yaml", ".yml")) and Path(target).exists():
         from .config import load_config
 
-        target = load_config(target).env  # envs/ reads no config files: it gets the env section
+        cfg = load_config(target)
+        use_working_dir(cfg.ray.working_dir)
+        target = cfg.env  # envs/ reads no config files: it gets the env section
     report = check_target(target, steps=args.steps)
     print(report)
     return 0
@@ -150,7 +156,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     out, layer, rows = sweep(args.config, args.grid, samples=args.samples, metric=args.metric, mode=args.mode,
                              layer=args.layer, sweep_dir=args.sweep_dir, max_concurrent=args.max_concurrent,
-                             overrides=args.set, address=args.address)
+                             overrides=args.set, address=args.address, working_dir=args.working_dir)
     Console().print(to_rich(rows, args.metric, layer, args.mode))
     for line in failures(rows):
         print(f"[hdppo] failed: {line}")
@@ -200,6 +206,10 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+WORKING_DIR_HELP = ("the folder of your env and reward modules, shipped to every node of a cluster and put on "
+                    "sys.path here (sets ray.working_dir)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hdppo", description="Hierarchical multi-agent distributed PPO on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -210,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config value, e.g. --set layers.0.ppo.lr=1e-4 (repeatable)")
     t.add_argument("--run-dir", help="run folder (default runs/<name>)")
     t.add_argument("--address", help="Ray address: 'auto' or host:port joins a cluster; default embedded local Ray")
+    t.add_argument("--working-dir", metavar="DIR", help=WORKING_DIR_HELP)
     t.add_argument("--resume", action="store_true", help="continue the run dir from its last checkpoint")
     t.set_defaults(fn=_cmd_train)
 
@@ -256,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-concurrent", type=int, help="trials at once (default: one per CPU, all if fewer)")
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
     w.add_argument("--address", help="Ray address: 'auto' or host:port joins a cluster; default embedded local Ray")
+    w.add_argument("--working-dir", metavar="DIR", help=WORKING_DIR_HELP)
     w.set_defaults(fn=_cmd_sweep)
 
     sc = sub.add_parser("scale", help="resize a running training's worker pool")
@@ -282,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     except HdppoError as exc:
         exc = _cause(exc)
         width = 100 if not sys.stderr.isatty() else min(os.get_terminal_size(2).columns, 100)
-        print(textwrap.fill(f"hdppo {args.command}: error: {exc}", width=width), file=sys.stderr)
+        # Paths and commands stay whole, so that they can be copied from the message.
+        print(textwrap.fill(f"hdppo {args.command}: error: {exc}", width=width, break_on_hyphens=False,
+                            break_long_words=False), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         # hdppo train stops its loop itself on SIGINT/SIGTERM (_report_stop); this is a signal outside

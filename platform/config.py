@@ -447,6 +447,21 @@ class RayConfig(_Strict):
     num_cpus: Optional[int] = Field(None, ge=1, description="CPUs of the embedded Ray; default all.")
     backend: Literal["ray", "local"] = Field(
         "ray", description="'local' runs workers and learner in this process (debugging, tests).")
+    working_dir: Optional[str] = Field(
+        None, description="The folder holding your env and reward modules ('my_envs:make'): shipped to every node "
+        "of a cluster through Ray's runtime_env (run dirs, venvs, .git, checkpoints and files over 16 MiB left out), "
+        "and put on the driver's sys.path. Relative to the current folder; stored absolute. CLI: --working-dir.")
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        path = Path(v).expanduser()
+        if not path.is_dir():
+            raise ValueError(f"{'no such folder' if not path.exists() else 'not a folder'} (a relative path starts "
+                             f"at {Path.cwd()}); give the folder that holds your env and reward modules, e.g. '.'")
+        return str(path.resolve())
 
 
 def _group_fields(dppo: dict, where: str) -> dict[str, Any]:

@@ -1,22 +1,33 @@
 """Starting or joining Ray, with errors that say what to do."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
+import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import ray
 
 from .errors import RayStartError
+from .ray_auth import auth_error, is_auth_failure, match_auth_mode, refused
+from .working_dir import LARGE_FILE_BYTES
+from .working_dir import runtime_env as working_dir_env
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
+def init_ray(address: str | None = None, num_cpus: int | None = None, working_dir: str | None = None) -> float:
     """Start an embedded Ray (``address`` None or 'local') or join a cluster; returns its CPU count.
 
     ``address="local"`` is explicit on purpose: a plain ``ray.init()`` follows a stale
     ``/tmp/ray/ray_current_cluster`` file and tries to join a cluster that no longer runs.
+    ``working_dir`` (``ray.working_dir``, the folder of the user's env and reward modules) is
+    shipped to every node of a cluster (:mod:`hdppo.platform.working_dir`); an embedded Ray's
+    workers, on this machine, import it in place.
     """
     if address not in (None, "local", "auto"):
         _probe(address)
@@ -24,24 +35,92 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> float:
         return float(ray.cluster_resources().get("CPU", 1))
     local = address in (None, "local")
     kwargs: dict = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True}
-    if local:
-        kwargs["address"] = "local"
-        kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
-        # A user's env module next to their config ('my_envs:make') must import in the workers
-        # as it does in the driver. (On a cluster, install it or use a runtime_env working_dir.)
-        path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
-        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
-    else:
+    if not local:
         kwargs["address"] = address
+        if working_dir is not None:
+            kwargs["runtime_env"], large = working_dir_env(working_dir)
+            if large:
+                print(f"[hdppo] ray.working_dir {working_dir}: not shipped to the nodes, over "
+                      f"{LARGE_FILE_BYTES // 2**20} MiB: {', '.join(large)}", file=sys.stderr)
+        _join(address, kwargs, working_dir)
+        return float(ray.cluster_resources().get("CPU", 1))
+    kwargs["address"] = "local"
+    kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
+    # A user's env module next to their config ('my_envs:make') must import in the workers
+    # as it does in the driver. (On a cluster, ray.working_dir ships it.)
+    path = os.pathsep.join(p for p in (working_dir, os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
     try:
-        _init_keeping_handlers(kwargs, block_sigterm=local)
+        _init_keeping_handlers(kwargs, block_sigterm=True)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-        where = "an embedded local Ray" if local else f"the Ray cluster at {address!r}"
-        fix = ("Check free memory and /tmp space, or run `ray stop` to clear a stale instance."
-               if local else "Start it with `ray start --head` (and `ray start --address=HEAD:6379` on other nodes), "
-               "check the address, or drop --address to train on this machine.")
-        raise RayStartError(f"could not start or reach {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. {fix}") from None
+        raise RayStartError(f"could not start or reach an embedded local Ray: {_first_line(exc)}. Check free memory "
+                            "and /tmp space, or run `ray stop` to clear a stale instance.") from None
     return float(ray.cluster_resources().get("CPU", 1))
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _join(address: str, kwargs: dict, working_dir: str | None) -> None:
+    """``ray.init`` on a cluster, with token authentication matched (:mod:`hdppo.platform.ray_auth`)
+    and Ray's own output kept out of sight until it is known to be worth showing.
+
+    Ray's C++ core writes a line a second to fd 2 while the GCS refuses it, for twenty seconds:
+    fd 2 goes to a log file while joining. On success the file is copied to stderr (what the user
+    saw before, less the refusals of the auth probes) and removed; on failure the error names it.
+    """
+    from ray.exceptions import AuthenticationError
+
+    # 'auto': ray.init matches the mode itself; ray:// is Ray Client, another protocol.
+    explicit = address != "auto" and not address.startswith("ray://")
+    mode = os.environ.get("RAY_AUTH_MODE", "disabled").lower()
+    log = Path(tempfile.gettempdir()) / f"hdppo-ray-join-{os.getpid()}.log"
+    no, probed = None, 0
+    try:
+        with _fd2_to(log):
+            if explicit:
+                mode = match_auth_mode(address)
+                no = refused(address)
+                sys.stderr.flush()
+                probed = log.stat().st_size  # the probes' own refusals are not news once joined
+            if no is None:
+                _init_keeping_handlers(kwargs, block_sigterm=False)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError, AuthenticationError) as exc:
+        if is_auth_failure(exc):
+            raise auth_error(address, mode, log) from None
+        if working_dir is not None and any(w in str(exc) for w in ("working_dir", "Package size", "runtime_env")):
+            raise RayStartError(f"could not ship ray.working_dir {working_dir} to the Ray cluster at {address!r}: "
+                                f"{_first_line(exc)}. Keep large files out of it (list them in a .rayignore or "
+                                f".gitignore file there) or give the folder that holds only your env and reward "
+                                f"modules. Ray's connection log: {log}.") from None
+        raise RayStartError(f"could not reach the Ray cluster at {address!r}: {_first_line(exc)}. Start it with "
+                            "`ray start --head` (and `ray start --address=HEAD:6379` on other nodes), check the "
+                            f"address, or drop --address to train on this machine. Ray's connection log: {log}.") from None
+    if no is not None:
+        raise auth_error(address, mode, log)
+    try:
+        with open(log, "rb") as f:
+            f.seek(probed)
+            sys.stderr.write(f.read().decode(errors="replace"))
+        log.unlink()
+    except OSError:
+        pass
+
+
+@contextlib.contextmanager
+def _fd2_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 (where Ray's C++ core logs, as well as ``sys.stderr``) into ``path``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "wb") as out:
+            os.dup2(out.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -383,7 +383,7 @@ def default_sweep_dir(cfg: Config) -> Path:
 def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric: str = M.CHART_EPISODIC_RETURN,
           mode: str = "max", layer: str | None = None, sweep_dir: Path | str | None = None,
           max_concurrent: int | None = None, overrides: list[str] | None = None,
-          address: str | None = None) -> tuple[Path, str, list[dict[str, Any]]]:
+          address: str | None = None, working_dir: str | None = None) -> tuple[Path, str, list[dict[str, Any]]]:
     """Run the grid as concurrent Tune trials; returns the sweep dir, the ranking layer and the
     ranked rows.
 
@@ -391,6 +391,10 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
     dir is created or a trial starts.
     """
     base, trials = plan_trials(config, grid_specs, samples, overrides)
+    if working_dir is not None:  # checked as the config field is; the trials get it through Ray
+        working_dir = validate(base.model_dump() | {"ray": base.ray.model_dump() | {"working_dir": working_dir}},
+                               source=f"{config} with --working-dir").ray.working_dir
+    working_dir = working_dir or base.ray.working_dir
     check_mode(mode)
     check_metric(metric)
     layer = check_layer(base, layer)
@@ -401,8 +405,10 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
         raise ConfigError(f"sweep dir {out} already exists; pass another --sweep-dir or delete it.")
 
     from .ray_runtime import init_ray
+    from .working_dir import use_working_dir
 
-    cluster_cpus = init_ray(address or base.ray.address, base.ray.num_cpus)
+    use_working_dir(working_dir)
+    cluster_cpus = init_ray(address or base.ray.address, base.ray.num_cpus, working_dir)
     concurrent, cpus = trial_budget(cluster_cpus, len(trials), max_concurrent)
     pin = _driver_node_resource()
     for t in trials:

@@ -34,6 +34,7 @@ from .messages import UpdateResult
 from .parameter_service import ParameterService
 from .progress import Progress
 from .ray_runtime import init_ray, shutdown_ray
+from .working_dir import use_working_dir
 
 Hook = Callable[["Trainer", str, int, dict], None]
 
@@ -117,13 +118,14 @@ class Trainer:
     def setup(self) -> None:
         self._created = prepare_run_dir(self.run_dir, self.resume)
         self._seed()
+        use_working_dir(self.cfg.ray.working_dir)  # the driver imports the env module the workers get
         dims = self._probe()
         if self.cfg.train.video_every:
             from .video import check_renders
 
             check_renders(self.cfg, self.cfg.train.seed)  # before any actor starts, not at update N
         if self.backend.name == "ray":
-            total_cpus = init_ray(self.cfg.ray.address, self.cfg.ray.num_cpus)
+            total_cpus = init_ray(self.cfg.ray.address, self.cfg.ray.num_cpus, self.cfg.ray.working_dir)
             if self.cpus is not None:
                 total_cpus = self.cpus
             self.service = self.backend.make(ParameterService, num_cpus=0, name=f"hdppo_params_{uuid.uuid4().hex[:8]}")
@@ -392,10 +394,11 @@ class Trainer:
 
 
 def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str | None = None,
-                    address: str | None = None, resume: bool = False) -> dict[str, Any]:
+                    address: str | None = None, resume: bool = False, working_dir: str | None = None) -> dict[str, Any]:
     cfg = load_config(path, overrides)
-    if address is not None:
-        cfg = validate(cfg.model_dump() | {"ray": cfg.ray.model_dump() | {"address": address}}, source=path)
+    given = {k: v for k, v in (("address", address), ("working_dir", working_dir)) if v is not None}
+    if given:
+        cfg = validate(cfg.model_dump() | {"ray": cfg.ray.model_dump() | given}, source=path)
     if resume and run_dir is None:
         run_dir = str(Path("runs") / cfg.name)
     trainer = Trainer(cfg, run_dir, resume=resume)
