@@ -684,18 +684,24 @@ class Sampler:
         self.venv.close()
 
 
-def run_episodes(sampler: Sampler, episodes: int) -> list[float]:
+def run_episodes(sampler: Sampler, episodes: int, keep_infos: bool = False) -> list:
     """Returns of ``episodes`` complete episodes, a fixed number per copy (so that copies with
-    short episodes are not over-represented)."""
+    short episodes are not over-represented). With ``keep_infos``, ``(return, length, infos)``
+    per episode instead, ``infos`` the env's per-agent infos of the step that ended it."""
     n = sampler.N
     quota = [episodes // n + (1 if i < episodes % n else 0) for i in range(n)]
-    returns: list[float] = []
+    out: list = []
     t0 = time.perf_counter()
-    while len(returns) < episodes:
-        for ret, _, ci in sampler.step():
+    while len(out) < episodes:
+        for ret, length, ci in sampler.step():
             if quota[ci] > 0:
                 quota[ci] -= 1
-                returns.append(float(ret))
+                if not keep_infos:
+                    out.append(float(ret))
+                    continue
+                infos = sampler.now.infos  # the step that ended the episode (before the copy's reset)
+                last = {a: dict(i) for a, i in infos[ci].items()} if infos is not None else {}
+                out.append((float(ret), int(length), last))
         if time.perf_counter() - t0 > 3600:
-            raise RuntimeError(f"evaluation: {len(returns)} of {episodes} episodes ended within an hour")
-    return returns
+            raise RuntimeError(f"evaluation: {len(out)} of {episodes} episodes ended within an hour")
+    return out

@@ -1,7 +1,6 @@
 """Deterministic evaluation in this process: each policy's mode, frozen observation statistics."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,20 +63,7 @@ class Episode:
 def run_episodes_with_infos(sampler: Sampler, episodes: int) -> list[Episode]:
     """As :func:`hdppo.hierarchies.engine.run_episodes` (a fixed number of episodes per copy),
     keeping each episode's last-step infos."""
-    n = sampler.N
-    quota = [episodes // n + (1 if i < episodes % n else 0) for i in range(n)]
-    out: list[Episode] = []
-    t0 = time.perf_counter()
-    while len(out) < episodes:
-        for ret, length, ci in sampler.step():
-            if quota[ci] > 0:
-                quota[ci] -= 1
-                infos = sampler.now.infos  # the step that ended the episode (before the copy's reset)
-                last = {a: dict(i) for a, i in infos[ci].items()} if infos is not None else {}
-                out.append(Episode(float(ret), int(length), last))
-        if time.perf_counter() - t0 > 3600:
-            raise RuntimeError(f"evaluation: {len(out)} of {episodes} episodes ended within an hour")
-    return out
+    return [Episode(*e) for e in run_episodes(sampler, episodes, keep_infos=True)]
 
 
 def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None,
