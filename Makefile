@@ -1,7 +1,8 @@
 # Two commands for a new user: `make train` and `make test`. Both create .venv on first use.
 # torch==2.13.0 (a CPU build) is installed before the project: an unpinned torch would pull a
 # CUDA build of several GB. The bench extra (MAgent2, MPE, Stable-Baselines3) lets the tests
-# cover those envs and the benchmarks run; the export extra (onnx, onnxscript, onnxruntime) lets
+# cover those envs and the benchmarks run; the domains extra (OR-Tools, MinAtar, highway-env) the
+# job-shop oracle, the pixel games and driving; the export extra (onnx, onnxscript, onnxruntime) lets
 # tests/test_export.py run the exported ONNX files.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -20,7 +21,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,bench,export]'
+	$(PY) -m pip install --quiet -e '.[test,bench,export,domains]'
 	@touch $(STAMP)
 
 train: $(STAMP)

@@ -1,0 +1,1 @@
+"""The fab env (being written)."""

@@ -1,0 +1,1 @@
+"""The grasp env (being written)."""

@@ -1,0 +1,1 @@
+"""The hexapod env (being written)."""

@@ -1,0 +1,1 @@
+"""The jobshop env (being written)."""

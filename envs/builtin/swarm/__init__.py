@@ -1,0 +1,1 @@
+"""The swarm env (being written)."""
