@@ -1,0 +1,196 @@
+"""The job-shop dispatching env (Gymnasium). Spaces, rewards and arguments:
+:mod:`hdppo.envs.builtin.jobshop`."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ...errors import EnvError
+from .instances import Instance, load_instance, parse_size, random_instance
+from .schedule import SCHEMES, Dispatcher
+
+__all__ = ["JobShopEnv", "make_env", "REWARDS", "obs_dim"]
+
+REWARDS = ("lower_bound", "makespan")
+JOB_FEATURES = 10       # + one-hot of the next operation's machine (m)
+MACHINE_FEATURES = 4
+GLOBAL_FEATURES = 2
+CLIP = 10.0
+
+
+def obs_dim(n: int, m: int) -> int:
+    return n * (JOB_FEATURES + m) + m * MACHINE_FEATURES + GLOBAL_FEATURES
+
+
+InstanceArg = Union[None, str, Instance, Sequence[Union[str, Instance]]]
+
+
+class JobShopEnv(gym.Env):
+    """See :mod:`hdppo.envs.builtin.jobshop` for the table of spaces, rewards and arguments."""
+
+    metadata = {"name": "jobshop_v0", "render_modes": ["rgb_array"], "render_fps": 4}
+
+    def __init__(self, size: Optional[str] = None, instance: InstanceArg = None, scheme: str = "active",
+                 reward: str = "lower_bound", low: int = 1, high: int = 99, skip_single: bool = True,
+                 render_mode: Optional[str] = None):
+        if render_mode not in (None, "rgb_array"):
+            raise EnvError(f"jobshop renders only render_mode='rgb_array', not {render_mode!r}.")
+        if scheme not in SCHEMES:
+            raise EnvError(f"jobshop: scheme {scheme!r} is not one of {', '.join(SCHEMES)} (env kwarg scheme).")
+        if reward not in REWARDS:
+            raise EnvError(f"jobshop: reward {reward!r} is not one of {', '.join(REWARDS)} (env kwarg reward).")
+        if not (1 <= int(low) <= int(high)):
+            raise EnvError(f"jobshop: durations low={low}, high={high} need 1 <= low <= high (env kwargs low, high).")
+        self._fixed = self._as_instances(instance)
+        if self._fixed:
+            shapes = {i.size for i in self._fixed}
+            if len(shapes) > 1:
+                raise EnvError(f"jobshop: the instances given have different sizes ({', '.join(sorted(shapes))}); "
+                               "one env has one observation size, so give instances of one size.")
+            n, m = self._fixed[0].n_jobs, self._fixed[0].n_machines
+            if size is not None and parse_size(size) != (n, m):
+                raise EnvError(f"jobshop: size {size!r} does not match instance {self._fixed[0].name} "
+                               f"({n}x{m}); drop size or give '{n}x{m}'.")
+        else:
+            n, m = parse_size(size if size is not None else "6x6")
+        self.n, self.m = n, m
+        self.scheme, self.reward_kind = scheme, reward
+        self.low, self.high = int(low), int(high)
+        self.skip_single = bool(skip_single)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Dict({
+            "observation": spaces.Box(-CLIP, CLIP, (obs_dim(n, m),), np.float32),
+            "action_mask": spaces.Box(0, 1, (n,), np.int8)})
+        self.action_space = spaces.Discrete(n)
+        self._next_fixed = 0
+        self.instance: Optional[Instance] = None
+        self.d: Optional[Dispatcher] = None
+
+    @staticmethod
+    def _as_instances(instance: InstanceArg) -> list[Instance]:
+        if instance is None:
+            return []
+        items = [instance] if isinstance(instance, (str, Instance)) else list(instance)
+        return [load_instance(i) if isinstance(i, str) else i for i in items]
+
+    # --- gymnasium API ---------------------------------------------------------------------------
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        chosen = (options or {}).get("instance")
+        if chosen is not None:
+            inst = load_instance(chosen) if isinstance(chosen, str) else chosen
+            if (inst.n_jobs, inst.n_machines) != (self.n, self.m):
+                raise EnvError(f"jobshop: reset option instance {inst.name} is {inst.size}, this env is {self.n}x{self.m}.")
+        elif self._fixed:
+            inst = self._fixed[self._next_fixed % len(self._fixed)]
+            self._next_fixed += 1
+        else:
+            inst = random_instance(self.n, self.m, self.np_random, self.low, self.high)
+        self.instance = inst
+        self.d = Dispatcher(inst, self.scheme)
+        self.lb0 = self.d.lower_bound()
+        self._lb = self.lb0
+        self._first = True
+        self.decisions = 0
+        reward = self._skip()
+        self._pending = reward          # forced dispatches before the first decision count in step 1
+        return self._obs(), self._info()
+
+    def step(self, action):
+        d = self.d
+        if d is None:
+            raise EnvError("jobshop: step() before reset().")
+        legal = d.legal()
+        a = int(action)
+        if not (0 <= a < self.n) or not legal[a]:
+            a = int(np.flatnonzero(legal)[0])   # an illegal action dispatches the lowest legal job
+        d.schedule(a)
+        self.decisions += 1
+        reward = self._pending + self._gain() + self._skip()
+        self._pending = 0.0
+        terminated = d.done
+        return self._obs(), float(reward), terminated, False, self._info()
+
+    def _gain(self) -> float:
+        lb = self.d.lower_bound()
+        r = -(lb - self._lb) / self.d.pmax
+        if self._first and self.reward_kind == "makespan":
+            r -= self._lb / self.d.pmax     # the initial bound too, so that the rewards sum to -makespan / pmax
+        self._first = False
+        self._lb = lb
+        return r
+
+    def _skip(self) -> float:
+        """With skip_single, dispatch every forced choice (a single candidate) at once."""
+        r = 0.0
+        if self.skip_single:
+            # The last operation stays a decision, so that an episode never ends inside reset().
+            while self.d.legal().sum() == 1 and int((self.d.m - self.d.next_op).sum()) > 1:
+                self.d.schedule(int(np.flatnonzero(self.d.legal())[0]))
+                r += self._gain()
+        return r
+
+    def _info(self) -> dict[str, Any]:
+        d = self.d
+        info: dict[str, Any] = {"lower_bound": int(self._lb), "decisions": int(self.decisions)}
+        if d.done:
+            info["makespan"] = d.makespan()
+            gap = self.instance.gap(d.makespan())
+            if gap is not None:
+                info["gap"] = gap
+        return info
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        d = self.d
+        n, m, pmax = self.n, self.m, d.pmax
+        legal = d.legal()
+        live = d.live
+        now = d.now
+        rem = d.remaining_work().astype(np.float64)
+        max_rem = max(rem.max(), 1.0)
+        idx = np.arange(n)
+        k2 = np.minimum(d.next_op + 1, m - 1)
+        p_next2 = np.where(d.next_op + 1 < m, d.p[idx, k2], 0)
+        ect_live = d.ect[live]
+        c_star = ect_live.min() if live.any() else 0
+        jobs = np.zeros((n, JOB_FEATURES + m), np.float64)
+        jobs[:, 0] = legal
+        jobs[:, 1] = live
+        jobs[:, 2] = d.op_p / pmax
+        jobs[:, 3] = rem / (m * pmax)
+        jobs[:, 4] = rem / max_rem
+        jobs[:, 5] = (m - d.next_op) / m
+        jobs[:, 6] = np.where(live, (d.est - now) / pmax, 0.0)
+        jobs[:, 7] = np.where(live, (d.ect - c_star) / pmax, 0.0)
+        jobs[:, 8] = p_next2 / pmax
+        jobs[:, 9] = np.where(live, d.mach_load[d.op_mach] / (n * pmax), 0.0)
+        jobs[idx[live], JOB_FEATURES + d.op_mach[live]] = 1.0
+        machines = np.zeros((m, MACHINE_FEATURES), np.float64)
+        machines[:, 0] = np.maximum(d.mach_ready - now, 0) / pmax
+        machines[:, 1] = d.mach_load / (n * pmax)
+        machines[:, 2] = d.mach_left / n
+        if d.gt_machine >= 0:
+            machines[d.gt_machine, 3] = 1.0
+        glob = np.array([len(d.order) / (n * m), (d.lower_bound() - now) / (m * pmax)])
+        flat = np.concatenate([jobs.ravel(), machines.ravel(), glob])
+        return {"observation": np.clip(flat, -CLIP, CLIP).astype(np.float32), "action_mask": legal.astype(np.int8)}
+
+    def action_masks(self) -> np.ndarray:
+        """The legal jobs (sb3-contrib's MaskablePPO convention)."""
+        return self.d.legal().copy()
+
+    def render(self):
+        if self.render_mode != "rgb_array" or self.d is None:
+            return None
+        from .gantt import gantt_image
+
+        return gantt_image(self.instance, self.d.starts, title=f"{self.instance.name}: makespan so far "
+                           f"{int(np.max(self.d.job_ready))}", dpi=60)
+
+
+def make_env(**kwargs: Any) -> JobShopEnv:
+    """The factory for ``env.entry_point: hdppo.envs.builtin.jobshop:make_env``."""
+    return JobShopEnv(**kwargs)
