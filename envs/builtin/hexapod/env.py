@@ -303,8 +303,8 @@ class HexapodEnv(gym.Env):
         velocity, roll and pitch rates, tilt, action rate, torques."""
         d = self.data
         omega = d.qvel[3:6]
-        return float(-1.0 * d.qvel[2] ** 2 - 0.05 * (omega[0] ** 2 + omega[1] ** 2) - 2.0 * (g[0] ** 2 + g[1] ** 2)
-                     - 0.01 * np.sum((a - self.last_action) ** 2) - 0.002 * np.sum(d.actuator_force ** 2))
+        return float(-1.0 * d.qvel[2] ** 2 - 0.02 * (omega[0] ** 2 + omega[1] ** 2) - 1.0 * (g[0] ** 2 + g[1] ** 2)
+                     - 0.002 * np.sum((a - self.last_action) ** 2) - 2e-4 * np.sum(d.actuator_force ** 2))
 
     def _scan(self, points: np.ndarray) -> np.ndarray:
         x, y, z = self.data.qpos[:3]
