@@ -1,0 +1,266 @@
+"""The swarm envs: a PettingZoo ParallelEnv (one field) and a natively batched vector env
+(``num_envs`` fields in one set of arrays). Spaces, rewards and scenarios:
+:mod:`hdppo.envs.builtin.swarm`."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterator
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+from ...errors import EnvError
+from ...vector import VecObs, VecStep, VectorMultiAgentEnv
+from .core import Physics, RewardWeights, StepArrays, Swarm
+from .render import frame
+from .scenarios import SCENARIOS, Scenario, get_scenario
+
+
+def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None, k_neighbors: int, k_obstacles: int,
+               reward_progress: float, reward_reach: float, reward_collision: float, reward_time: float,
+               rng: np.random.Generator) -> Swarm:
+    try:
+        sc = get_scenario(scenario)
+    except ValueError as exc:
+        raise EnvError(str(exc)) from None
+    if k_neighbors < 0 or k_obstacles < 0:
+        raise EnvError(f"swarm: k_neighbors ({k_neighbors}) and k_obstacles ({k_obstacles}) must be >= 0")
+    if max_steps is not None and max_steps < 1:
+        raise EnvError(f"swarm: max_steps must be >= 1 (or None for the scenario's {sc.max_steps}), not {max_steps}")
+    weights = RewardWeights(reward_progress, reward_reach, reward_collision, reward_time)
+    return Swarm(sc, num_copies, k_neighbors, k_obstacles, max_steps, Physics(), weights, rng)
+
+
+def drone_infos(s: Swarm, res: StepArrays | None, copy: int, drones: list[int], names: list[str]) -> dict[str, dict]:
+    """Per drone in ``drones`` of copy ``copy``: its info dict for the step ``res`` (None: after reset).
+
+    Each step: ``group``, ``reached`` (1 once at the goal), ``collided`` (1 once it collided),
+    ``collisions`` (this episode), ``collision`` (new contacts this step), ``progress`` (m toward
+    the goal this step), ``altitude`` (z / height), ``in_field`` (1 inside the obstacle band),
+    ``cohesion`` (m to its group's centroid), ``spacing`` (m to the nearest drone of its group,
+    ``inf`` alone). On the step that ends the episode also ``reach_rate`` and ``collision_rate``
+    (fractions of all the field's drones) and ``episode_steps``."""
+    coh, spacing = s.group_stats()
+    x = s.pos[copy, :, 0]
+    in_field = (x >= s.sc.field[0]) & (x <= s.sc.field[1])
+    out: dict[str, dict] = {}
+    end = res is not None and bool(res.ended[copy])
+    summary = {"reach_rate": float(s.reached[copy].mean()), "collision_rate": float(s.collided[copy].mean()),
+               "episode_steps": int(s.t[copy])} if end else {}
+    for i, name in zip(drones, names):
+        out[name] = {"group": int(s.group[i]), "reached": int(s.reached[copy, i]),
+                     "collided": int(s.collided[copy, i]), "collisions": int(s.collisions[copy, i]),
+                     "collision": int(res.collision_now[copy, i]) if res is not None else 0,
+                     "progress": float(res.progress[copy, i]) if res is not None else 0.0,
+                     "altitude": float(s.pos[copy, i, 2] / s.sc.world[2]), "in_field": int(in_field[i]),
+                     "cohesion": float(coh[copy, i]), "spacing": float(spacing[copy, i])} | summary
+    return out
+
+
+def _spaces(s: Swarm) -> tuple[spaces.Box, spaces.Box, spaces.Box]:
+    return (spaces.Box(-1.0, 1.0, (s.obs_dim,), np.float32), spaces.Box(-1.0, 1.0, (3,), np.float32),
+            spaces.Box(-1.0, 1.0, (s.state_dim,), np.float32))
+
+
+class SwarmEnv(ParallelEnv):
+    """See :mod:`hdppo.envs.builtin.swarm` for the table of agents, spaces, rewards and arguments."""
+
+    metadata = {"name": "swarm_v0", "render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, scenario: str | Scenario = "8_medium", max_steps: int | None = None, k_neighbors: int = 4,
+                 k_obstacles: int = 4, reward_progress: float = 1.0, reward_reach: float = 10.0,
+                 reward_collision: float = 10.0, reward_time: float = 0.01, render_mode: str | None = None):
+        if render_mode not in (None, "rgb_array"):
+            raise EnvError(f"swarm renders only render_mode='rgb_array', not {render_mode!r}")
+        self.render_mode = render_mode
+        self._rng = np.random.default_rng()
+        self.swarm = make_swarm(1, scenario, max_steps, k_neighbors, k_obstacles, reward_progress, reward_reach,
+                                reward_collision, reward_time, self._rng)
+        n = self.swarm.n
+        self.possible_agents = [f"drone_{i}" for i in range(n)]
+        self._slot = {a: i for i, a in enumerate(self.possible_agents)}
+        self.agents: list[str] = []
+        self._obs_space, self._act_space, self._state_space = _spaces(self.swarm)
+        self.last_outcome: dict[str, Any] | None = None
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return self._obs_space
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return self._act_space
+
+    @property
+    def state_space(self):
+        return self._state_space
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        """Group name -> its drones, as a hierarchy config lists them (``agents: {squads: ...}``)."""
+        s = self.swarm
+        return {f"group_{g}": [a for a, q in zip(self.possible_agents, s.group) if q == g] for g in range(s.G)}
+
+    def state(self) -> np.ndarray:
+        return self.swarm.state()[0]
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = self.swarm.rng = np.random.default_rng(seed)
+        self.swarm.reset()
+        self.agents = list(self.possible_agents)
+        self.last_outcome = None
+        obs = self.swarm.obs[0]
+        return ({a: obs[i].copy() for i, a in enumerate(self.agents)},
+                drone_infos(self.swarm, None, 0, list(range(self.swarm.n)), self.agents))
+
+    def step(self, actions):
+        s = self.swarm
+        full = np.zeros((1, s.n, 3))
+        if actions:
+            full[0, [self._slot[a] for a in actions]] = np.stack([np.asarray(v, np.float64) for v in actions.values()])
+        res = s.step(full)
+        agents = self.agents
+        slots = [self._slot[a] for a in agents]
+        end, trunc_all = bool(res.ended[0]), bool(res.truncated[0])
+        reached = res.reached_now[0]
+        obs = s.obs[0]
+        observations = {a: obs[i].copy() for a, i in zip(agents, slots)}
+        rewards = {a: float(res.rewards[0, i]) for a, i in zip(agents, slots)}
+        term = {a: bool(reached[i]) for a, i in zip(agents, slots)}
+        trunc = {a: trunc_all and not term[a] for a in agents}
+        infos = drone_infos(s, res, 0, slots, agents)
+        if end:
+            self.last_outcome = {k: infos[agents[0]][k] for k in ("reach_rate", "collision_rate", "episode_steps")}
+        self.agents = [a for a in agents if not (term[a] or trunc[a])]
+        return observations, rewards, term, trunc, infos
+
+    def render(self) -> np.ndarray | None:
+        """``[H, W, 3]`` uint8 (None without render_mode); see :mod:`.render`."""
+        if self.render_mode is None:
+            gymnasium.logger.warn("swarm: render() without render_mode; make it with render_mode='rgb_array'.")
+            return None
+        return frame(self.swarm, 0)
+
+
+def parallel_env(**kwargs) -> SwarmEnv:
+    return SwarmEnv(**kwargs)
+
+
+class _CopyInfos(Mapping):
+    """One copy's drone -> info dict, made on first access (``made``: ready-made, for ended copies)."""
+
+    def __init__(self, env: "SwarmVector", res: StepArrays, copy: int, drones: np.ndarray,
+                 made: dict[str, dict] | None = None):
+        self._env, self._res, self._copy, self._drones, self._made = env, res, copy, drones, made
+
+    def _all(self) -> dict[str, dict]:
+        if self._made is None:
+            d = self._drones.tolist()
+            self._made = drone_infos(self._env.swarm, self._res, self._copy, d, [self._env.agents[i] for i in d])
+        return self._made
+
+    def __getitem__(self, agent: str) -> dict:
+        return self._all()[agent]
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._env.agents[i] for i in self._drones.tolist())
+
+    def __len__(self) -> int:
+        return len(self._drones)
+
+
+class _StepInfos(Sequence):
+    def __init__(self, env: "SwarmVector", res: StepArrays, before: np.ndarray, made: dict[int, dict[str, dict]]):
+        self._env, self._res, self._before, self._made = env, res, before, made
+        self._copies: dict[int, _CopyInfos] = {}
+
+    def __getitem__(self, i: int) -> _CopyInfos:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i = int(i) % len(self)
+        out = self._copies.get(i)
+        if out is None:
+            out = self._copies[i] = _CopyInfos(self._env, self._res, i, np.flatnonzero(self._before[i]),
+                                               self._made.get(i))
+        return out
+
+    def __len__(self) -> int:
+        return len(self._before)
+
+
+class SwarmVector(VectorMultiAgentEnv):
+    """``num_envs`` swarm fields stepped together; arguments as :class:`SwarmEnv` (no rendering)."""
+
+    def __init__(self, num_envs: int, seed: int | None = None, scenario: str | Scenario = "8_medium",
+                 max_steps: int | None = None, k_neighbors: int = 4, k_obstacles: int = 4,
+                 reward_progress: float = 1.0, reward_reach: float = 10.0, reward_collision: float = 10.0,
+                 reward_time: float = 0.01):
+        self.num_envs = num_envs
+        self._rng = np.random.default_rng(seed)
+        self.swarm = s = make_swarm(num_envs, scenario, max_steps, k_neighbors, k_obstacles, reward_progress,
+                                    reward_reach, reward_collision, reward_time, self._rng)
+        self.name = "swarm"
+        self.agents = [f"drone_{i}" for i in range(s.n)]
+        self.obs_dim, self.mask_dim, self.state_dim = s.obs_dim, 0, s.state_dim
+        self._obs_space, self._act_space, _ = _spaces(s)
+        self._ep_return = np.zeros(num_envs)
+        self._ep_len = np.zeros(num_envs, np.int64)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act_space
+
+    def reset(self, seed: int | None = None) -> VecObs:
+        if seed is not None:
+            self._rng = self.swarm.rng = np.random.default_rng(seed)
+        self.swarm.reset()
+        self._ep_return[:], self._ep_len[:] = 0.0, 0
+        alive = self.swarm.active.copy()
+        return VecObs(self.swarm.obs.copy(), alive, alive.copy(), None, self.swarm.state() if self.want_state else None)
+
+    def step(self, actions: np.ndarray) -> VecStep:
+        s = self.swarm
+        res = s.step(actions)
+        before = res.active_before
+        term = res.reached_now
+        trunc = res.truncated[:, None] & before & ~term
+        rewards = res.rewards * before
+        self._ep_return += rewards.sum(1)
+        self._ep_len += 1
+        end = res.ended
+        final_obs = s.obs * before[..., None]
+        final_state = None
+        made: dict[int, dict[str, dict]] = {}
+        episodes = []
+        if end.any():
+            idx = np.flatnonzero(end)
+            if self.want_state:
+                final_state = s.state()
+            for i in idx.tolist():
+                episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
+                d = np.flatnonzero(before[i]).tolist()
+                made[i] = drone_infos(s, res, i, d, [self.agents[j] for j in d])
+            self._ep_return[idx], self._ep_len[idx] = 0.0, 0
+            s.reset(idx)
+        alive = s.active.copy()
+        infos = _StepInfos(self, res, before, made)
+        return VecStep(s.obs.copy(), alive, alive.copy(), None, s.state() if self.want_state else None,
+                       rewards=rewards, terminated=term.copy(), truncated=trunc, final_obs=final_obs,
+                       final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]
+                       episodes=episodes)
+
+    def close(self) -> None:
+        pass
+
+
+def make_vector(num_envs: int, seed: int | None = None, **kwargs: Any) -> SwarmVector:
+    return SwarmVector(num_envs, seed, **kwargs)
+
+
+__all__ = ["SCENARIOS", "SwarmEnv", "SwarmVector", "drone_infos", "make_vector", "parallel_env"]
