@@ -13,6 +13,7 @@ REWARDS: dict[str, str] = {
     "rooms_reach_room": "hdppo.envs.builtin.rooms",
     "skirmish_follow_order": "hdppo.envs.builtin.skirmish.rewards",
     "skirmish_squad_objective": "hdppo.envs.builtin.skirmish.rewards",
+    "swarm_follow_command": "hdppo.envs.builtin.swarm.rewards",
     "grasp_follow_phase": "hdppo.envs.builtin.grasp.rewards",
     "hexapod_velocity_tracking": "hdppo.envs.builtin.hexapod.rewards",
     "hexapod_waypoint_following": "hdppo.envs.builtin.hexapod.rewards",
