@@ -16,7 +16,7 @@ the classic benchmark instances (ft, la, ta, abz, orb, swv, yn; :mod:`.instances
 | observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (n,), int8) (1: legal), as PettingZoo's classic envs |
 | action | Discrete(n): the job whose next operation is dispatched; masked to the scheme's candidates; an illegal action dispatches the lowest legal job |
 | reward | ``-(LB_t - LB_{t-1}) / p_max``: the rise of the makespan lower bound (L2D's reward), ``LB`` = max over jobs of ready time + remaining work and over machines of free time + remaining load; it sums to ``-(makespan - LB_0) / p_max`` (``reward="makespan"``: also ``-LB_0 / p_max`` on the first step, so it sums to ``-makespan / p_max``) |
-| info | ``lower_bound``, ``decisions``; at the end also ``makespan`` and ``gap`` (% to the optimum / best known, benchmark instances) |
+| info | ``lower_bound``, ``decisions``; at the end also ``makespan``, ``makespan_over_lb`` (over ``LB_0``; both charted as ``episode/<key>``) and ``gap`` (% to the optimum / best known, benchmark instances) |
 | episode | terminates when every operation is dispatched: at most ``n * m`` decisions, fewer with ``skip_single`` |
 | arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
 | reset options | ``{"instance": name or Instance}``: this episode's instance (of the env's size) |

@@ -31,7 +31,9 @@ InstanceArg = Union[None, str, Instance, Sequence[Union[str, Instance]]]
 class JobShopEnv(gym.Env):
     """See :mod:`hdppo.envs.builtin.jobshop` for the table of spaces, rewards and arguments."""
 
-    metadata = {"name": "jobshop_v0", "render_modes": ["rgb_array"], "render_fps": 4}
+    # episode_metrics: the end-of-episode info keys the trainer charts as episode/<key>.
+    metadata = {"name": "jobshop_v0", "render_modes": ["rgb_array"], "render_fps": 4,
+                "episode_metrics": ["makespan", "makespan_over_lb"]}
 
     def __init__(self, size: Optional[str] = None, instance: InstanceArg = None, scheme: str = "active",
                  reward: str = "lower_bound", low: int = 1, high: int = 99, skip_single: bool = True,
@@ -138,6 +140,7 @@ class JobShopEnv(gym.Env):
         info: dict[str, Any] = {"lower_bound": int(self._lb), "decisions": int(self.decisions)}
         if d.done:
             info["makespan"] = d.makespan()
+            info["makespan_over_lb"] = d.makespan() / self.lb0   # scale-free: 1.0 would be the initial bound
             gap = self.instance.gap(d.makespan())
             if gap is not None:
                 info["gap"] = gap
