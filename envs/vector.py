@@ -25,7 +25,7 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -74,6 +74,9 @@ class VectorMultiAgentEnv:
     mask_dim: int = 0
     state_dim: int | None = None
     want_state: bool = False        # set by the sampler: fill ``state`` every step
+    # Info keys worth a chart per episode (``metadata["episode_metrics"]`` of the env; the config's
+    # ``env.episode_metrics`` overrides): see :func:`episode_info_values`.
+    episode_metrics: tuple[str, ...] = ()
 
     def observation_space(self, agent: str) -> gym.Space: ...
     def action_space(self, agent: str) -> gym.Space: ...
@@ -88,6 +91,27 @@ class VectorMultiAgentEnv:
 
     def copy_env(self, i: int) -> Any:
         return None
+
+
+def declared_episode_metrics(env: Any) -> tuple[str, ...]:
+    """The info keys an env declares in ``metadata["episode_metrics"]`` (none if it declares none)."""
+    meta = getattr(env, "metadata", None)
+    keys = meta.get("episode_metrics", ()) if isinstance(meta, dict) else ()
+    return tuple(str(k) for k in keys)
+
+
+def episode_info_values(infos: Mapping[str, Mapping[str, Any]] | None, keys: Sequence[str]) -> dict[str, float]:
+    """Per key, the mean over agents of the numeric value in their info of an episode's last step
+    (``infos``: agent -> info). Keys no agent reports, and non-numeric values, are left out."""
+    out: dict[str, float] = {}
+    if not infos:
+        return out
+    for k in keys:
+        vals = [float(v) for info in infos.values() if isinstance(info, Mapping)
+                for v in (info.get(k),) if isinstance(v, (int, float, np.integer, np.floating, np.bool_, bool))]
+        if vals:
+            out[k] = float(np.mean(vals))
+    return out
 
 
 def flat_dims(space: gym.Space) -> tuple[int, int]:
@@ -150,6 +174,7 @@ class GymnasiumCopies(VectorMultiAgentEnv):
 
         self.name, self.num_envs = name, num_envs
         self.envs = [make_env() for _ in range(num_envs)]
+        self.episode_metrics = declared_episode_metrics(self.envs[0])
         self._space = self.envs[0].observation_space
         self._action_space = self.envs[0].action_space
         self.agents = [SINGLE_AGENT]
@@ -274,6 +299,7 @@ class AdapterCopies(VectorMultiAgentEnv):
         self.copies = [make_adapter() for _ in range(num_envs)]
         first = self.copies[0]
         self.name = name or first.name
+        self.episode_metrics = declared_episode_metrics(getattr(first, "env", first))
         self._check = _Checker(self.name)
         self._declared = list(first.possible_agents or [])
         self.keep_raw = True  # raw observation dicts, for 'module:function' views (the sampler turns it off otherwise)
@@ -482,6 +508,7 @@ class GymnasiumVector(VectorMultiAgentEnv):
                            f"(its autoreset_mode is {mode}). With NEXT_STEP every episode end adds a step that "
                            "must not be learned from.")
         self.venv, self.name = venv, name
+        self.episode_metrics = declared_episode_metrics(venv)  # (its infos are not per episode: none logged)
         self.num_envs = int(venv.num_envs)
         self.agents = [SINGLE_AGENT]
         self._space = venv.single_observation_space

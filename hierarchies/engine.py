@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..envs.errors import EnvError
-from ..envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions
+from ..envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve
 from .spec import LayerSpec
 from ..platform.batch import ID_COLUMNS, Batch
@@ -210,8 +210,12 @@ class Sampler:
     def __init__(self, specs: list[LayerSpec], venv: VectorMultiAgentEnv, policies: dict[str, ActorCritic],
                  obs_norms: dict[str, ObservationNormalizer], tracks: dict[str, Track] | None = None,
                  deterministic: bool = False, bonus: Callable[[str, np.ndarray], np.ndarray] | None = None,
-                 seed: int | None = 0, first: VecObs | None = None):
+                 seed: int | None = 0, first: VecObs | None = None, episode_metrics: Sequence[str] | None = None):
         self.specs, self.venv = specs, venv
+        # Info keys recorded per ended episode (None: the env's own declaration), drained by
+        # take_episode_infos() with each rollout.
+        self.episode_keys = tuple(getattr(venv, "episode_metrics", ()) if episode_metrics is None else episode_metrics)
+        self.episode_infos: dict[str, list[float]] = {}
         self.policies, self.obs_norms = policies, obs_norms
         self.tracks = tracks or {}
         self.deterministic = deterministic
@@ -406,6 +410,10 @@ class Sampler:
         self.env_steps += self.N
         self.copy_steps += 1
         self._after_step(res, env_in)
+        if self.episode_keys and res.episodes and res.infos is not None:
+            for _, _, ci in res.episodes:
+                for k, v in episode_info_values(res.infos[ci], self.episode_keys).items():
+                    self.episode_infos.setdefault(k, []).append(v)
         self.now = res
         self.t += 1
         return res.episodes
@@ -679,6 +687,11 @@ class Sampler:
             if self.env_steps - start > cap:
                 raise RuntimeError(f"layers {list(quota)}: no transitions after {cap} env steps")
         return self.harvest(), episodes, self.env_steps - start
+
+    def take_episode_infos(self) -> dict[str, list[float]]:
+        """The episode info values recorded since the last call (key -> one value per episode)."""
+        out, self.episode_infos = self.episode_infos, {}
+        return out
 
     def close(self) -> None:
         self.venv.close()

@@ -102,6 +102,8 @@ class RolloutStats:
     sample_s: float
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    # Per env.episode_metrics key, one value per episode that ended (the info of its last step).
+    episode_infos: dict[str, list[float]] = field(default_factory=dict)
     obs_delta: Optional[dict] = None      # RunningStats state of new observations
     reward_delta: Optional[dict] = None   # RunningStats state of returns (scope 'global')
     adv_sum: float = 0.0

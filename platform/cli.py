@@ -66,7 +66,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from .checkpoint import latest_checkpoint, learner_states, load_checkpoint
     from .errors import CheckpointError
-    from .evaluation import evaluate
+    from .evaluation import evaluate_with_metrics
 
     run_dir = Path(args.run_dir)
     if args.video:
@@ -78,7 +78,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if ckpt is None:
         raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
     states = learner_states(load_checkpoint(ckpt))
-    video = None
+    video, metrics = None, {}
     if args.video:
         from .video import record_video
 
@@ -88,14 +88,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         video = {"video": str(args.video), "frames": rec.frames, "size": list(rec.size or ()), "fps": rec.fps,
                  "lengths": rec.lengths}
     else:
-        returns = evaluate(cfg, states, args.episodes, seed=args.seed)
+        returns, metrics = evaluate_with_metrics(cfg, states, args.episodes, seed=args.seed)
     result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns),
-              "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns}
+              "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns,
+              "episode_metrics": metrics}
     result |= video or {}
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+        for k, v in metrics.items():
+            print(f"  {k}: {v:.3f} (mean per episode)")
         if video:
             w, h = video["size"]
             print(f"[hdppo] video: {args.video} ({video['frames']} frames, {w}x{h}, {video['fps']:g} fps)")

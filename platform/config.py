@@ -39,6 +39,10 @@ class EnvConfig(_Strict):
         None, description="'package.module:factory', a callable returning the env; used instead of id.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the env or factory.")
     max_episode_steps: Optional[int] = Field(None, ge=1, description="Truncate episodes at this length.")
+    episode_metrics: Optional[list[str]] = Field(
+        None, description="Info keys logged per episode as 'episode/<key>' (mean over the agents whose last-step "
+        "info has it), e.g. [crashed] for highway-env. Default: the env's metadata['episode_metrics'] "
+        "(skirmish: win, draw, kills, losses); [] logs none.")
 
     @property
     def name(self) -> str:

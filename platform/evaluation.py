@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
-from ..envs.vector import VecObs, VectorMultiAgentEnv
+import numpy as np
+
+from ..envs.vector import VecObs, VectorMultiAgentEnv, episode_info_values
 from ..hierarchies.engine import Sampler, run_episodes
 from ..hierarchies.spec import LayerSpec, probe_env
 from .config import Config
@@ -34,7 +36,8 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
                                        s.encoder)
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
-    return Sampler(specs, venv, policies, norms, deterministic=True, first=first)
+    return Sampler(specs, venv, policies, norms, deterministic=True, first=first,
+                   episode_metrics=cfg.env.episode_metrics)
 
 
 def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None) -> list[float]:
@@ -77,3 +80,27 @@ def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: 
         return run_episodes_with_infos(sampler, episodes)
     finally:
         sampler.close()
+
+
+def episode_metric_means(episodes: list[Episode], keys: Sequence[str]) -> dict[str, float]:
+    """Per info key, its mean over the episodes that report it (each episode's value: the mean
+    over its agents, :func:`hdppo.envs.vector.episode_info_values`)."""
+    per: dict[str, list[float]] = {}
+    for e in episodes:
+        for k, v in episode_info_values(e.infos, keys).items():
+            per.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in per.items()}
+
+
+def evaluate_with_metrics(cfg: Config, states: dict[str, dict[str, Any]], episodes: int,
+                          seed: int | None = None) -> tuple[list[float], dict[str, float]]:
+    """As :func:`evaluate`, with the means of the env's episode metrics (``env.episode_metrics``,
+    or what the env declares: a game's win rate, for example)."""
+    seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
+    venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
+    sampler = eval_sampler(cfg, states, venv, first, specs)
+    try:
+        eps = run_episodes_with_infos(sampler, episodes)
+    finally:
+        sampler.close()
+    return [e.ret for e in eps], episode_metric_means(eps, sampler.episode_keys)

@@ -359,6 +359,12 @@ class Learner:
             out[M.CHART_EPISODIC_RETURN] = float(np.mean(returns))
             out[M.CHART_EPISODE_LENGTH] = float(np.mean(lengths))
         out[M.CHART_EPISODES] = float(len(returns))
+        infos: dict[str, list[float]] = {}
+        for s in stats:
+            for k, vals in s.episode_infos.items():
+                infos.setdefault(k, []).extend(vals)
+        for k, vals in infos.items():
+            out[f"{M.EPISODE_INFO}/{k}"] = float(np.mean(vals))
         if lags is None:  # mode dppo: a rollout acts with one version throughout
             lags = np.concatenate([np.full(s.num_samples, self.version - 1 - s.version) for s in stats])
         out[M.PERF_MAX_STALENESS] = float(lags.max()) if lags.size else 0.0

@@ -48,9 +48,10 @@ DIAG_OBS_DIVERGENCE = "diag/obs_divergence"        # + "/max" and "/<worker>": s
 DIAG_ACTION_DIVERGENCE = "diag/action_divergence"  # + "/max" and "/<worker>"
 DIAG_GRAD_COSINE = "diag/grad_cosine"              # mean pairwise cosine of the workers' gradients
 IMG_STATE_COVERAGE = "diag/state_coverage"         # image: 2-D PCA of sampled states, coloured by worker
+EPISODE_INFO = "episode"                           # + "/<info key>": env.episode_metrics, mean per episode
 VIDEO_EPISODE = "videos/episode"                   # animated GIF (train.video_every), top layer's run
 # Tags logged with a suffix: "/<i>" (a command, a worker) or "/max" (the worst worker).
-SUFFIXED_TAGS = (HIST_COMMANDS, PERF_WORKER_SAMPLES, DIAG_OBS_DIVERGENCE, DIAG_ACTION_DIVERGENCE)
+SUFFIXED_TAGS = (HIST_COMMANDS, EPISODE_INFO, PERF_WORKER_SAMPLES, DIAG_OBS_DIVERGENCE, DIAG_ACTION_DIVERGENCE)
 NOT_SCALARS = (HIST_COMMANDS, IMG_STATE_COVERAGE, VIDEO_EPISODE)
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,

@@ -87,7 +87,8 @@ class RolloutWorker:
 
     def _start_sampler(self, venv: Any, first: Any) -> None:
         self.sampler = Sampler(self.specs, venv, self.policies, self.obs_norms, self._tracks,
-                               bonus=self._bonus if self.bonuses else None, first=first)
+                               bonus=self._bonus if self.bonuses else None, first=first,
+                               episode_metrics=self.cfg.env.episode_metrics)
         self.sampler.version = self.versions  # rows are stamped with the version that acted
         self.sampler.source, self.sampler.copy_base = self.uid, self._copies_made
         self._copies_made += self.sampler.N
@@ -148,17 +149,19 @@ class RolloutWorker:
                 pass
             raise
         out: dict[str, Rollout] = {}
+        ep_infos = self.sampler.take_episode_infos()  # the same episodes for every layer of this worker
         for name in self.layers:
             h = harvests[name]
             self._last[name] = h.batch
             out[name] = Rollout(h.batch, self._stats(
                 name, h.batch, env_steps, t0, [e[0] for e in episodes], [e[1] for e in episodes],
-                h.env_reward, h.intrinsic_reward, h.bonus, h.command_counts))
+                h.env_reward, h.intrinsic_reward, h.bonus, h.command_counts, ep_infos))
         return out
 
     def _stats(self, name: str, batch: Batch, env_steps: int, t0: float, ep_returns: list, ep_lengths: list,
                raw_reward_sum: float, intrinsic_sum: float = 0.0, bonus_sum: float = 0.0,
-               command_counts: list[int] | None = None) -> RolloutStats:
+               command_counts: list[int] | None = None,
+               episode_infos: dict[str, list[float]] | None = None) -> RolloutStats:
         layer = self.cfg.layer(name)
         ret64 = batch.returns.astype(np.float64)
         res64 = ret64 - batch.values
@@ -166,7 +169,7 @@ class RolloutWorker:
         n = max(len(batch), 1)
         return RolloutStats(
             worker=self.index, version=self.versions[name], env_steps=env_steps, sample_s=time.perf_counter() - t0,
-            episode_returns=ep_returns, episode_lengths=ep_lengths,
+            episode_returns=ep_returns, episode_lengths=ep_lengths, episode_infos=episode_infos or {},
             obs_delta=self.obs_norms[name].take_delta().to_state() if layer.normalization.observation else None,
             reward_delta=self.scalers[name].take_delta().to_state() if layer.normalization.reward_scope == "global" else None,
             adv_sum=float(adv64.sum()), adv_sumsq=float((adv64**2).sum()),

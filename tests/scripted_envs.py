@@ -280,3 +280,20 @@ class BatchedCountdown:
 
 def batched_countdown(num_envs: int, seed=None, **kwargs):
     return BatchedCountdown(num_envs, seed, **kwargs)
+
+
+class ScoredCountdown(CountdownEnv):
+    """A countdown that reports, on its last step, ``score`` = the episode's length and
+    ``reached`` = 1 when the agent pressed action 1 on that step; declares them as episode metrics."""
+
+    metadata = {"name": "scored_countdown", "episode_metrics": ("score", "reached")}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if terminated:
+            info = {"score": self.t, "reached": int(action == 1), "label": "not a number"}
+        return obs, reward, terminated, truncated, info
+
+
+def scored_countdown(**kwargs):
+    return ScoredCountdown(terminate_at=kwargs.pop("terminate_at", 5), **kwargs)

@@ -47,6 +47,13 @@ def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
     logged = (tmp_path / "run" / "metrics.jsonl").read_text()
     for name in PRESETS[preset]:
         assert f'"layer": "{name}", "tag": "losses/approx_kl"' in logged, name
+    # The game's outcome per layer (the env's episode_metrics) wherever that layer's group saw
+    # games end (the control group's small batches may see none).
+    ended = [name for name in PRESETS[preset] if f'"layer": "{name}", "tag": "charts/episodic_return"' in logged]
+    assert ended
+    for name in ended:
+        for key in ("win", "draw", "kills", "losses"):
+            assert f'"layer": "{name}", "tag": "episode/{key}"' in logged, (name, key)
     states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
     assert set(states) == set(PRESETS[preset])
     episodes = evaluate_episodes(cfg, states, 6, num_envs=3)

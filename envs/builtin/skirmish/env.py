@@ -32,7 +32,9 @@ def observation_space(battle: Battle) -> spaces.Dict:
 class SkirmishEnv(ParallelEnv):
     """See :mod:`hdppo.envs.builtin.skirmish` for the table of agents, spaces, rewards and arguments."""
 
-    metadata = {"name": "skirmish_v0", "render_modes": ["rgb_array"], "render_fps": 10}
+    # episode_metrics: last-step info keys that hdppo charts per episode (episode/win, ...).
+    metadata = {"name": "skirmish_v0", "render_modes": ["rgb_array"], "render_fps": 10,
+                "episode_metrics": ("win", "draw", "kills", "losses")}
 
     def __init__(self, scenario: str | Scenario = "8v8_mixed", opponent: str = "focus_kite",
                  max_steps: int | None = None, k_enemies: int = 5, k_allies: int = 4, k_obstacles: int = 2,

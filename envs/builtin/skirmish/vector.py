@@ -18,7 +18,7 @@ from gymnasium import spaces
 from ...vector import VecObs, VecStep, VectorMultiAgentEnv
 from .accounts import unit_infos
 from .core import StepArrays
-from .env import make_battle, observation_space
+from .env import SkirmishEnv, make_battle, observation_space
 from .opponents import get_policy
 from .scenarios import Scenario
 
@@ -81,6 +81,7 @@ class SkirmishVector(VectorMultiAgentEnv):
                                       reward_kill, reward_win, reward_taken, self._rng)
         self._opponent = get_policy(opponent)
         self.name = "skirmish"
+        self.episode_metrics = tuple(SkirmishEnv.metadata["episode_metrics"])
         self.agents = [f"red_{i}" for i in range(b.n)]
         self.obs_dim, self.mask_dim, self.state_dim = b.obs_dim, b.A, b.state_dim
         self._obs_space = observation_space(b)
