@@ -11,6 +11,7 @@ REWARDS: dict[str, str] = {
     "ant_heading_frame_direction": "hdppo.envs.builtin.ant_navigate",
     "rooms_follow_direction": "hdppo.envs.builtin.rooms",
     "rooms_reach_room": "hdppo.envs.builtin.rooms",
+    "fab_follow_command": "hdppo.envs.builtin.fab.rules",
     "skirmish_follow_order": "hdppo.envs.builtin.skirmish.rewards",
     "skirmish_squad_objective": "hdppo.envs.builtin.skirmish.rewards",
     "swarm_follow_command": "hdppo.envs.builtin.swarm.rewards",

@@ -1,1 +1,71 @@
-"""The fab env (being written)."""
+"""fab: dispatching in an SMT2020 semiconductor fab, a discrete-event simulation.
+
+The fab of the public SMT2020 testbed (Kopp, Hassoun, Kalir, Mönch, IEEE Trans. Semicond.
+Manuf. 33(4), 2020; files in ``data/``, see ``data/README.md``): tool groups of several tools,
+re-entrant routes of hundreds of steps, batching furnaces (min/max batch sizes), per-piece,
+per-lot and per-batch processing times, sequence-dependent setups, lots released with
+priorities (regular, hot, super hot) and due dates, initial WIP, preventive maintenance and
+random breakdowns (MTTF/MTTR). :mod:`.sim` is the event simulator, :mod:`.data` reads the
+files, :mod:`.scenarios` the full and scaled-down fabs. One env step is one dispatching
+decision: a tool of a group is free and several lots wait; the agent picks which one starts
+next (at a batching group: which batch family, the batch filled in the rule's order). The
+simulation then runs on (every decision with a single legal lot taken at once) to the next
+decision.
+
+| | |
+|---|---|
+| agents | one (a Gymnasium env): the dispatcher of every tool group in ``agent_groups``; hdppo names it ``agent`` |
+| observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (A,), int8) (1: legal) |
+| action | Discrete(K): the candidate slot to start; with ``release_control`` MultiDiscrete([K, 3]): slot, and release rate level (x0.8, x1.0, x1.2 of the order rate) from now on |
+| reward | ``-reward_scale * (w_tardiness * late lot-hours + w_cycle_time * lot-hours in the fab)`` accrued since the last decision ``+ w_throughput * lots completed``; over an episode the tardiness term sums to every lot's tardiness within the horizon |
+| info | each step: ``sim_time_h``, ``wip``, ``queued``, ``late_wip``, ``tools_down``, ``completed``, ``mean_tardiness_h``, ``group``, ``group_queue``, ``release_level``, ``chosen_ranks`` (the chosen lot's rank under fifo/spt/edd/cr, 0 = first); the last step also ``episode`` (:meth:`.sim.FabSim.summary`) |
+| episode | ends (terminated) when the simulated time reaches ``days``; ``env.history()`` holds WIP, queues, late WIP, tools down, completions and mean tardiness every ``record_every`` minutes |
+| arguments | ``scenario="hvlm_mini"`` (``"hvlm"``, ``"lvhm"``, ``"lvhm_mini"``, or a :class:`Scenario`), ``days=None`` (the scenario's horizon), ``objective="tardiness"`` (``"cycle_time"``, ``"throughput"``, or a dict of weights), ``k=8`` (K), ``noise=True`` (processing and transport times drawn from their distributions), ``breakdowns=True`` (breakdowns and PMs), ``default_rule="fifo"`` (for decisions outside ``agent_groups``), ``agent_groups="all"`` (or a list of tool group names), ``release_control=False``, ``hot_first=True``, ``batch_wait=240`` (minutes a partial batch waits before it may start), ``reward_scale=0.01``, ``record_every=60``, ``data_dir=None`` (the shipped files) |
+
+**Candidate slots.** The K slots hold the legal lots that the four rules rank first, taken in
+turn (FIFO's first, SPT's first, EDD's first, CR's first, then each rule's second, ...), so
+that every rule's choice is always a slot; empty slots are masked. Observation (D = G + 8 + 14 K,
+G the agent groups; + 3 with ``release_control``): the deciding group one-hot; time / horizon,
+WIP / initial WIP, the group's queue / 50, its idle and down tool fractions, batching flag, late
+share of the WIP, legal lots / 20 (and the release level one-hot); per slot: present, hot,
+super hot, log waiting time, step time, remaining raw time, slack, critical ratio, needs a
+setup, batch fill, and the slot's rank under fifo, spt, edd and cr.
+
+**Rules** (:data:`RULES`, scripted dispatchers: :func:`run_rule` runs the simulator with one rule
+taking every decision, :meth:`FabEnv.rule_action` gives a rule's slot in the env, :func:`play`
+runs an episode with a rule or a policy): ``fifo``, ``spt`` (shortest processing time),
+``edd`` (earliest due date), ``cr`` (critical ratio); hot lots first (``hot_first``).
+
+**Scenarios** (:data:`SCENARIOS`): ``hvlm`` and ``lvhm`` are the testbed's fabs in full
+(106 tool groups, 1443 / 1313 tools, 2 / 10 products, 2255 / 2156 lots of initial WIP);
+``hvlm_mini`` (the default, for tests and training) keeps the ten busiest tool groups of
+the first 150 route steps (a batching furnace and a litho track with setups among them) with
+a tenth of their tools, releases at 90% utilization of the busiest group, and a 7-day horizon;
+see :mod:`.scenarios`.
+
+**For a hierarchy** (``configs/fab_hierarchy.yaml``): a shift layer (every ``period``
+decisions, about one 12-hour shift of the mini fab) commands ``MultiDiscrete([3, 5])``: a
+release level and a dispatching criterion (fifo, spt, edd, cr, or all four balanced); the
+dispatching layer reads the command and acts per decision with ``release_control=True``;
+``fab_follow_command`` (registered here, :mod:`hdppo.envs.rewards`) rewards it for releasing at
+the commanded level and choosing lots the commanded criterion ranks high.
+
+**Watching.** The infos carry WIP, queue lengths, late WIP and mean tardiness at each
+decision; ``env.history()`` is the same on a fixed clock, and :func:`log_history` writes it as
+TensorBoard scalars (``benchmarks/fab.py --tb DIR`` does so for evaluated runs).
+"""
+from .data import FABS, FabData, load_fab
+from .env import OBJECTIVES, RELEASE_LEVELS, SLOT_FEATURES, FabEnv
+from .rules import CRITERIA, follow_command, log_history, play, run_rule
+from .scenarios import SCENARIOS, Scenario, build_model, describe, get_scenario
+from .sim import RULES, FabSim, Model
+
+
+def make_env(**kwargs) -> FabEnv:
+    """The factory for ``env.entry_point: hdppo.envs.builtin.fab:make_env``."""
+    return FabEnv(**kwargs)
+
+
+__all__ = ["CRITERIA", "FABS", "FabData", "FabEnv", "FabSim", "Model", "OBJECTIVES", "RELEASE_LEVELS", "RULES",
+           "SCENARIOS", "SLOT_FEATURES", "Scenario", "build_model", "describe", "follow_command", "get_scenario",
+           "load_fab", "log_history", "make_env", "play", "run_rule"]

@@ -1,0 +1,205 @@
+"""Dispatching rules and trained policies on the SMT2020 fab, on held-out random seeds.
+
+For each scenario, every rule (FIFO, SPT, EDD, critical ratio; hot lots first) runs on
+``--seeds`` held-out seeds (from ``--seed0`` = 10000 on, never used in training, whose
+evaluation seeds are the config's ``train.seed`` + 10^6). A seed draws the breakdowns, the
+PM durations, the processing and transport times (uniform around the data's means) and the
+sampling/rework draws. The **best rule** of an instance is the rule with the lowest mean
+tardiness over the seeds. A trained run (``--policy NAME=RUN_DIR``, its last checkpoint)
+plays the same seeds through hdppo's evaluation sampler (deterministic actions): copy ``i``
+of the evaluation env is reset with seed ``seed0 + i``, and the rules run the simulator with
+the very seed that env reset gives it, so rule and policy face the same draws (a paired
+comparison). Figures, each the mean over seeds with a 95% t-interval:
+
+* mean tardiness (h) of the lots completed within the horizon, tardy fraction;
+* mean cycle time (h) of the lots released and completed within the horizon (none on a
+  horizon shorter than a cycle: n/a);
+* throughput (lots completed per day).
+
+Target (issue 12): a trained policy's mean tardiness >= 15% below the best rule's, with
+throughput no lower; the report says met or missed.
+
+Usage:
+  python benchmarks/fab.py --scenarios hvlm_mini --seeds 20 --policy flat=/tmp/fab_runs/flat1
+  python benchmarks/fab.py --scenarios hvlm --days hvlm=10 --seeds 3      # the full fab (slow)
+  add --tb DIR to write one evaluated run's WIP/queue/tardiness over time as TensorBoard scalars.
+
+Writes benchmarks/results/fab.{json,md} (``--out`` to change); rows of earlier runs of other
+scenarios in that file are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from machine import machine_info  # noqa: E402
+
+METRICS = ("mean_tardiness_h", "tardy_fraction", "mean_cycle_time_h", "throughput_lots_per_day")
+TARGET = 0.15
+
+
+def t95(n: int) -> float:
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+             12: 2.179, 15: 2.131, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021}
+    if n <= 0:
+        return float("nan")
+    return table.get(n, table[max(k for k in table if k <= n)] if n < 40 else 1.96)
+
+
+def stat(values: list[float]) -> dict:
+    v = np.array([x for x in values if x == x], np.float64)
+    if not len(v):
+        return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
+    half = t95(len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float("nan")
+    return {"mean": float(v.mean()), "ci95": float(half), "n": int(len(v))}
+
+
+def sim_seed(env_seed: int) -> int:
+    """The simulator seed that FabEnv.reset(seed=env_seed) draws."""
+    from gymnasium.utils import seeding
+
+    rng, _ = seeding.np_random(env_seed)
+    return int(rng.integers(2 ** 31))
+
+
+def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None) -> dict:
+    from hdppo.envs.builtin.fab import RULES, FabSim, build_model, get_scenario, log_history
+
+    model = build_model(get_scenario(scenario, days))
+    out = {}
+    for rule in RULES:
+        runs = []
+        t0 = time.perf_counter()
+        for s in seeds:
+            sim = FabSim(model, seed=sim_seed(s), default_rule=rule)
+            sim.run(rule)
+            runs.append(sim.summary())
+            if tb is not None and s == seeds[0]:
+                log_history(np.asarray(sim.stats.history), tb / scenario / rule)
+        out[rule] = {"runs": runs, "wall_s": time.perf_counter() - t0,
+                     **{m: stat([r[m] for r in runs]) for m in METRICS}}
+        print(f"{scenario} {rule}: tardiness {out[rule]['mean_tardiness_h']['mean']:.2f} h, "
+              f"throughput {out[rule]['throughput_lots_per_day']['mean']:.2f}/day ({out[rule]['wall_s']:.0f} s)", flush=True)
+    return out
+
+
+def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None) -> dict:
+    from hdppo.platform.checkpoint import learner_states, load_checkpoint
+    from hdppo.platform.config import load_config, validate
+    from hdppo.platform.evaluation import evaluate_episodes
+
+    cfg = load_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else None
+    if cfg is None:
+        raise SystemExit(f"{run_dir}: no config.yaml; pass a run folder of `hdppo train`")
+    data = cfg.model_dump(mode="json")
+    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario,
+                                 **({"days": days} if days is not None else {}))
+    cfg = validate(data)
+    ckpts = sorted((run_dir / "checkpoints").glob("*")) if (run_dir / "checkpoints").is_dir() else []
+    if not ckpts:
+        raise SystemExit(f"{run_dir}: no checkpoints")
+    ckpt = ckpts[-1]
+    states = learner_states(load_checkpoint(ckpt))
+    t0 = time.perf_counter()
+    eps = evaluate_episodes(cfg, states, len(seeds), seed=seeds[0], num_envs=len(seeds))
+    by_seed = {}
+    for e in eps:
+        info = next(iter(e.infos.values()))
+        by_seed[info["episode"]["sim_seed"]] = info["episode"]
+    runs = [by_seed[sim_seed(s)] for s in seeds if sim_seed(s) in by_seed]
+    if len(runs) != len(seeds):
+        raise SystemExit(f"{run_dir}: the evaluation episodes ran on other seeds than the rules' "
+                         f"({len(runs)} of {len(seeds)} matched)")
+    return {"runs": runs, "checkpoint": str(ckpt), "wall_s": time.perf_counter() - t0,
+            **{m: stat([r[m] for r in runs]) for m in METRICS}}
+
+
+def fmt(s: dict, digits: int = 2) -> str:
+    if not s or s.get("n", 0) == 0 or s["mean"] != s["mean"]:
+        return "n/a"
+    ci = f" ± {s['ci95']:.{digits}f}" if s["ci95"] == s["ci95"] else ""
+    return f"{s['mean']:.{digits}f}{ci}"
+
+
+def render(report: dict) -> str:
+    lines = ["# SMT2020 fab: dispatching rules and trained policies", "",
+             "Mean over held-out seeds ± 95% t-interval. Tardiness: mean over the lots completed within the "
+             "horizon (h); cycle time: lots released and completed within the horizon (h); throughput: lots "
+             "completed per day. Testbed: Kopp, Hassoun, Kalir, Mönch, SMT2020, IEEE TSM 33(4), 2020.", ""]
+    for sc, block in report["scenarios"].items():
+        lines += [f"## {sc} ({block['days']:g} simulated days, {block['n_seeds']} seeds from {block['seed0']})", "",
+                  "| dispatcher | mean tardiness (h) | tardy fraction | mean cycle time (h) | throughput (lots/day) |",
+                  "|---|---|---|---|---|"]
+        for name, r in block["rows"].items():
+            lines.append(f"| {name} | {fmt(r['mean_tardiness_h'])} | {fmt(r['tardy_fraction'])} | "
+                         f"{fmt(r['mean_cycle_time_h'], 1)} | {fmt(r['throughput_lots_per_day'])} |")
+        lines.append("")
+        lines.append(f"Best rule: **{block['best_rule']}**.")
+        for name, v in block.get("verdicts", {}).items():
+            lines.append(f"{name}: tardiness {v['tardiness_change']:+.1%} vs the best rule (target <= -15%; paired "
+                         f"difference per seed {fmt(v['paired_tardiness_diff_h'])} h), "
+                         f"throughput {v['throughput_change']:+.1%} (target >= 0): **{'met' if v['met'] else 'missed'}**.")
+        lines.append("")
+    lines += [f"Commands: {'; '.join('`' + c + '`' for c in report.get('commands', []))}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenarios", default="hvlm_mini")
+    p.add_argument("--days", default="", help="per scenario, e.g. hvlm=10 (default: the scenario's)")
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--seed0", type=int, default=10000)
+    p.add_argument("--policy", action="append", default=[], help="NAME=RUN_DIR (repeatable): a trained run")
+    p.add_argument("--tb", default=None, help="write the first seed's run of each rule as TensorBoard scalars here")
+    p.add_argument("--out", default=str(HERE / "results" / "fab"))
+    args = p.parse_args(argv)
+    days = {k: float(v) for k, v in (kv.split("=") for kv in args.days.split(",") if kv)}
+    seeds = list(range(args.seed0, args.seed0 + args.seeds))
+    out = Path(args.out)
+    report = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {"scenarios": {}}
+    report["machine"] = machine_info()
+    command = "python benchmarks/fab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    report["commands"] = [c for c in report.get("commands", []) if c != command] + [command]
+    from hdppo.envs.builtin.fab import get_scenario
+
+    for sc in args.scenarios.split(","):
+        d = days.get(sc)
+        rules = run_rules(sc, d, seeds, Path(args.tb) if args.tb else None)
+        best = min(rules, key=lambda r: rules[r]["mean_tardiness_h"]["mean"])
+        rows = {r: {m: v[m] for m in METRICS} for r, v in rules.items()}
+        rows[f"best rule ({best})"] = rows[best]
+        block = {"days": get_scenario(sc, d).days, "n_seeds": len(seeds), "seed0": args.seed0, "best_rule": best,
+                 "rows": rows, "rule_runs": {r: v["runs"] for r, v in rules.items()}, "verdicts": {}}
+        for spec in args.policy:
+            name, _, run_dir = spec.partition("=")
+            res = run_policy(Path(run_dir), sc, d, seeds, None)
+            rows[f"{name} (trained)"] = {m: res[m] for m in METRICS}
+            bt, bq = rules[best]["mean_tardiness_h"]["mean"], rules[best]["throughput_lots_per_day"]["mean"]
+            pt, pq = res["mean_tardiness_h"]["mean"], res["throughput_lots_per_day"]["mean"]
+            paired = stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(res["runs"], rules[best]["runs"])])
+            block["verdicts"][name] = {"tardiness_change": pt / bt - 1.0, "throughput_change": pq / bq - 1.0,
+                                       "paired_tardiness_diff_h": paired,
+                                       "met": bool(pt <= (1 - TARGET) * bt and pq >= bq),
+                                       "checkpoint": res["checkpoint"], "runs": res["runs"]}
+            print(f"{sc} {name}: tardiness {pt:.2f} h vs best rule {bt:.2f} h, throughput {pq:.2f} vs {bq:.2f}", flush=True)
+        report["scenarios"][sc] = block
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    out.with_suffix(".md").write_text(render(report))
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

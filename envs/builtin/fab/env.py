@@ -1,0 +1,242 @@
+"""The Gymnasium env over :class:`.sim.FabSim`: one step is one dispatching decision."""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ...errors import EnvError
+from .scenarios import Scenario, build_model, get_scenario
+from .sim import RULES, Decision, FabSim, Model
+
+SLOT_FEATURES = ("present", "hot", "super_hot", "wait", "step_time", "remaining", "slack", "critical_ratio",
+                 "needs_setup", "batch_fill", "rank_fifo", "rank_spt", "rank_edd", "rank_cr")
+RELEASE_LEVELS = (0.8, 1.0, 1.2)
+OBJECTIVES = ("tardiness", "cycle_time", "throughput")
+_MODEL_CACHE: dict = {}
+
+
+def _objective(objective: str | dict) -> dict[str, float]:
+    if isinstance(objective, str):
+        objective = {objective: 1.0}
+    bad = sorted(set(objective) - set(OBJECTIVES))
+    if bad or not objective:
+        raise EnvError(f"fab objective {objective!r}: use one of {list(OBJECTIVES)} or a dict of weights over them, "
+                       "e.g. {tardiness: 1.0, throughput: 0.5}.")
+    return {k: float(objective.get(k, 0.0)) for k in OBJECTIVES}
+
+
+class FabEnv(gym.Env):
+    """See :mod:`hdppo.envs.builtin.fab` (the table of agents, spaces, rewards and arguments)."""
+
+    # The last step's info carries these (the run's figures); hdppo charts them per episode.
+    metadata = {"name": "fab_smt2020_v0", "render_modes": [],
+                "episode_metrics": ["mean_tardiness_h", "tardy_fraction", "mean_cycle_time_h", "throughput_lots_per_day",
+                                    "mean_wip", "late_lot_hours", "max_queue"]}
+
+    def __init__(self, scenario: str | Scenario = "hvlm_mini", days: float | None = None, objective: str | dict = "tardiness",
+                 k: int = 8, noise: bool = True, breakdowns: bool = True, default_rule: str = "fifo",
+                 agent_groups: str | list[str] = "all", release_control: bool = False, hot_first: bool = True,
+                 batch_wait: float = 240.0, reward_scale: float = 0.01, record_every: float = 60.0,
+                 data_dir: str | None = None, render_mode: str | None = None):
+        if default_rule not in RULES:
+            raise EnvError(f"fab default_rule={default_rule!r}: use one of {list(RULES)}.")
+        if not (isinstance(k, int) and k >= 2):
+            raise EnvError(f"fab k={k!r}: the number of candidate slots must be an integer >= 2.")
+        if render_mode is not None:
+            raise EnvError(f"fab render_mode={render_mode!r}: the fab env does not render; leave it None and log the "
+                           "infos (wip, queued, late_wip) or use hdppo.envs.builtin.fab.log_history.")
+        self.scenario = get_scenario(scenario, days)
+        key = (self.scenario, data_dir)
+        if key not in _MODEL_CACHE:
+            _MODEL_CACHE[key] = build_model(self.scenario, data_dir=data_dir)
+        self.model: Model = _MODEL_CACHE[key]
+        self.weights = _objective(objective)
+        self.k, self.noise, self.breakdowns = k, noise, breakdowns
+        self.default_rule, self.hot_first, self.batch_wait = default_rule, hot_first, batch_wait
+        self.release_control, self.reward_scale, self.record_every = release_control, reward_scale, record_every
+        groups = self.model.data.groups
+        used = [int(g) for g in self.model.used_groups if not self.model.delay[g]]
+        if agent_groups == "all":
+            chosen = used
+        else:
+            names = [agent_groups] if isinstance(agent_groups, str) else list(agent_groups)
+            gidx = {groups[g]: g for g in used}
+            bad = [n for n in names if n not in gidx]
+            if bad:
+                raise EnvError(f"fab agent_groups: {bad} are not tool groups of scenario {self.scenario!r}'s routes; "
+                               f"use 'all' or some of {sorted(gidx)[:12]}...")
+            chosen = [gidx[n] for n in names]
+        self.agent_group_ids = np.array(chosen, np.int64)
+        self._slot_of_group = -np.ones(len(groups), np.int64)
+        self._slot_of_group[self.agent_group_ids] = np.arange(len(chosen))
+        self.agent_mask = np.zeros(len(groups), bool)
+        self.agent_mask[self.agent_group_ids] = True
+        self.n_global = len(chosen) + 8 + (len(RELEASE_LEVELS) if release_control else 0)
+        self.obs_dim = self.n_global + k * len(SLOT_FEATURES)
+        n_act = k + (len(RELEASE_LEVELS) if release_control else 0)
+        self.observation_space = gym.spaces.Dict({
+            "observation": gym.spaces.Box(-10.0, 10.0, (self.obs_dim,), np.float32),
+            "action_mask": gym.spaces.Box(0, 1, (n_act,), np.int8)})
+        self.action_space = (gym.spaces.MultiDiscrete([k, len(RELEASE_LEVELS)]) if release_control
+                             else gym.spaces.Discrete(k))
+        self.sim: FabSim | None = None
+        self.decision: Decision | None = None
+        self.slots = np.zeros(0, np.int64)
+        self.slot_ranks = np.zeros((k, len(RULES)), np.float32)
+        self.release_level = 1
+        self._wip_ref = max(len(self.model.wip), 1)
+
+    # ------------------------------------------------------------------ Gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        sim_seed = int(self.np_random.integers(2 ** 31))
+        self._seeds = (seed, sim_seed)
+        self.sim = FabSim(self.model, seed=sim_seed, noise=self.noise, breakdowns=self.breakdowns,
+                          default_rule=self.default_rule, agent_groups=self.agent_mask, hot_first=self.hot_first,
+                          batch_wait=self.batch_wait, record_every=self.record_every)
+        self.release_level = 1
+        self._max_queue = 0
+        self._last = self._totals()
+        self.decision = self.sim.advance()
+        obs = self._observe()
+        return obs, self._info(None)
+
+    def step(self, action):
+        if self.sim is None:
+            raise EnvError("fab: step() before reset(); call reset() first.")
+        a = np.asarray(action).reshape(-1)
+        slot = int(a[0])
+        chosen_ranks = np.zeros(len(RULES), np.float32)
+        if self.release_control:
+            self.release_level = int(np.clip(a[1], 0, len(RELEASE_LEVELS) - 1))
+            self.sim.rate = RELEASE_LEVELS[self.release_level]
+        if self.decision is not None:
+            if not (0 <= slot < len(self.slots)):
+                slot = 0   # an illegal slot (masked out) falls back to the first candidate
+            chosen_ranks = self.slot_ranks[slot].copy()
+            self.sim.dispatch(self.decision.group, int(self.slots[slot]), self.default_rule)
+            self.decision = self.sim.advance()
+        now = self._totals()
+        d = now - self._last
+        self._last = now
+        w = self.weights
+        reward = self.reward_scale * (-w["tardiness"] * d[0] / 60.0 - w["cycle_time"] * d[1] / 60.0) + w["throughput"] * d[2]
+        terminated = self.decision is None
+        obs = self._observe()
+        info = self._info(chosen_ranks)
+        if terminated:
+            summary = self.sim.summary()
+            info["episode"] = dict(summary, env_seed=self._seeds[0], sim_seed=self._seeds[1])
+            info.update({k: summary[k] for k in self.metadata["episode_metrics"] if k in summary and summary[k] == summary[k]})
+            info["max_queue"] = self._max_queue
+        return obs, float(reward), terminated, False, info
+
+    # ------------------------------------------------------------------ views
+    def _totals(self) -> np.ndarray:
+        st = self.sim.stats  # type: ignore[union-attr]
+        return np.array([st.late_area, st.wip_area, st.completed], np.float64)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        k, F = self.k, len(SLOT_FEATURES)
+        obs = np.zeros(self.obs_dim, np.float32)
+        n_act = k + (len(RELEASE_LEVELS) if self.release_control else 0)
+        mask = np.zeros(n_act, np.int8)
+        if self.release_control:
+            mask[k:] = 1
+        sim, dec = self.sim, self.decision
+        if dec is None:
+            mask[0] = 1
+            self.slots = np.zeros(0, np.int64)
+            return {"observation": obs, "action_mask": mask}
+        g = dec.group
+        m = self.model
+        lots = dec.lots
+        keys = sim.keys(lots)
+        orders = {r: sim.order(lots, keys[r]) for r in RULES}
+        chosen: list[int] = []
+        seen: set[int] = set()
+        depth = 0
+        while len(chosen) < min(k, len(lots)):
+            for r in RULES:
+                if depth < len(lots):
+                    lot = int(orders[r][depth])
+                    if lot not in seen and len(chosen) < k:
+                        seen.add(lot)
+                        chosen.append(lot)
+            depth += 1
+        slots = np.array(chosen, np.int64)
+        self.slots = slots
+        n = len(slots)
+        mask[:n] = 1
+        # Global part.
+        G = len(self.agent_group_ids)
+        obs[self._slot_of_group[g]] = 1.0
+        nt = max(sim.n_tools[g], 1)
+        horizon = m.horizon
+        obs[G:G + 8] = [sim.now / horizon, sim.n_wip / self._wip_ref, min(len(sim.queues[g]) / 50.0, 5.0),
+                        len(sim.idle_tools[g]) / nt, sim.down_g[g] / nt,
+                        float(m.data.batching[g]), sim.n_late / max(sim.n_wip, 1), min(len(lots) / 20.0, 5.0)]
+        if self.release_control:
+            obs[G + 8 + self.release_level] = 1.0
+        # Slots.
+        pos = {int(l): i for i, l in enumerate(lots)}
+        idx = np.array([pos[int(l)] for l in slots])
+        rank = np.zeros((len(lots), len(RULES)), np.float32)
+        for j, r in enumerate(RULES):
+            rank[[pos[int(l)] for l in orders[r]], j] = np.arange(len(lots)) / max(len(lots) - 1, 1)
+        self.slot_ranks = np.zeros((k, len(RULES)), np.float32)
+        self.slot_ranks[:n] = rank[idx]
+        rem = sim.rem[slots]
+        to_due = sim.due[slots] - sim.now
+        fill = np.zeros(n)
+        if m.data.batching[g]:
+            q = np.asarray(sim.queues[g], np.int64)
+            for i, lot in enumerate(slots.tolist()):
+                bmax = m.L[sim.part[lot]]["bmax"][sim.step[lot]]
+                if bmax > 0:
+                    fam = q[sim.fam[q] == sim.fam[lot]].tolist()
+                    fill[i] = min(sum(sim.pieces[f] for f in fam) / bmax, 1.0)
+        feats = np.stack([
+            np.ones(n), (sim.prio[slots] >= 20).astype(float), (sim.prio[slots] >= 30).astype(float),
+            np.log1p((sim.now - sim.arrive[slots]) / 60.0) / 3.0, np.minimum(sim.spt[slots] / 600.0, 5.0),
+            rem / 1440.0 / 10.0, np.clip((to_due - rem) / 1440.0 / 3.0, -3, 3),
+            np.clip(to_due / np.maximum(rem, 1.0), -2.0, 5.0) / 5.0, sim.needs_setup(g, slots).astype(float), fill,
+            *self.slot_ranks[:n].T], 1)
+        body = np.zeros((k, F), np.float32)
+        body[:n] = feats
+        obs[self.n_global:] = np.clip(body.reshape(-1), -10, 10)
+        return {"observation": obs, "action_mask": mask}
+
+    def _info(self, chosen_ranks: np.ndarray | None) -> dict[str, Any]:
+        sim = self.sim
+        st = sim.stats  # type: ignore[union-attr]
+        g = self.decision.group if self.decision is not None else -1
+        if g >= 0:
+            self._max_queue = max(self._max_queue, len(sim.queues[g]))
+        return {"sim_time_h": sim.now / 60.0, "wip": sim.n_wip, "queued": sim.n_queued,
+                "late_wip": sim.n_late, "tools_down": sim.n_down, "completed": st.completed,
+                "mean_tardiness_h": st.tardiness_sum / max(st.completed, 1) / 60.0,
+                "group": self.model.data.groups[g] if g >= 0 else "", "group_queue": len(sim.queues[g]) if g >= 0 else 0,
+                "release_level": self.release_level,
+                "chosen_ranks": chosen_ranks if chosen_ranks is not None else np.zeros(len(RULES), np.float32)}
+
+    # ------------------------------------------------------------------ scripted dispatching
+    def rule_action(self, rule: str) -> int | np.ndarray:
+        """The slot ``rule`` picks now (each rule's first choice is always among the slots)."""
+        if rule not in RULES:
+            raise EnvError(f"fab rule {rule!r}: use one of {list(RULES)}.")
+        if self.decision is None or not len(self.slots):
+            slot = 0
+        else:
+            slot = int(np.argmin(self.slot_ranks[:len(self.slots), RULES.index(rule)]))
+        return np.array([slot, 1]) if self.release_control else slot
+
+    def state(self) -> np.ndarray:
+        return self._observe()["observation"]
+
+    def history(self) -> np.ndarray:
+        """``[T, 7]``: every ``record_every`` minutes: time (min), WIP, queued lots, late WIP, tools down,
+        completed lots, mean tardiness of the completed lots (h)."""
+        return np.asarray(self.sim.stats.history if self.sim else [], np.float64).reshape(-1, 7)

@@ -1,0 +1,196 @@
+"""The SMT2020 fab: the shipped data, the event simulator's invariants, the env's API and masks,
+the rules, the command-following reward, and the errors. Everything here is fast (short
+horizons of the scaled-down fab)."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hdppo.envs.builtin import fab
+from hdppo.envs.builtin.fab import sim as fsim
+from hdppo.envs.errors import EnvError
+
+DATA = Path(fab.__file__).parent / "data"
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+@pytest.mark.parametrize("name", ["HVLM", "LVHM"])
+def test_data_counts_match_the_files(name):
+    d = fab.load_fab(name)
+    folder = DATA / f"SMT2020_{name}"
+    tools = _rows(folder / "tool.txt.1l")
+    assert len(d.groups) == len(tools) == 106
+    assert int(d.tools.sum()) == int(sum(float(r["STNQTY"]) for r in tools))
+    parts = _rows(folder / "part.txt")
+    assert len(d.routes) == len(parts) == (2 if name == "HVLM" else 10)
+    for r, p in zip(d.routes, parts):
+        assert len(r) == len(_rows(folder / p["ROUTEFILE"]))
+    assert len(d.wip) == len(_rows(folder / "WIP.txt"))
+    assert len(d.orders) == len(_rows(folder / "order.txt"))
+    assert d.batching.sum() == 10 and len(d.breakdowns) == 11
+    assert (DATA / "README.md").read_text().count("Kopp") >= 1   # the citation ships with the data
+
+
+def test_hvlm_routes_are_reentrant_with_batching_and_setups():
+    d = fab.load_fab("HVLM")
+    r3 = d.routes[0]
+    assert len(r3) == 583 and len(d.routes[1]) == 343
+    visits = np.bincount(r3.group)
+    assert visits.max() > 20                                   # re-entrant: a group visited many times
+    assert (r3.per == 2).sum() == 17 and (r3.batch_max > 0).sum() == 17
+    assert sum(1 for s in r3.setup if s) == 58
+    assert d.setups[("DE_BE_13_1", "DE_BE_13_2")] == 7.0 and d.setups[("", "SU128_1")] == 72.0
+
+
+def _sim(days=1.5, seed=0, check=True, **kw):
+    model = fab.build_model("hvlm_mini", days=days)
+    return model, fsim.FabSim(model, seed=seed, check=check, **kw)
+
+
+def test_simulator_invariants_conservation_tools_batches():
+    model, s = _sim(days=2.0)
+    s.run("fifo")
+    st = s.stats
+    # Lot conservation: every lot ever in the fab is queued, in process/transport, or done.
+    states = np.asarray(s.state)
+    assert len(states) == len(model.wip) + st.released
+    assert (states == fsim.DONE).sum() == st.completed > 0
+    assert s.n_wip == int((states != fsim.DONE).sum())
+    assert sum(len(q) for q in s.queues) == s.n_queued == int((states == fsim.QUEUED).sum())
+    # No tool holds two jobs at once; batch sizes within [min, max] (or a partial batch after batch_wait).
+    by_tool: dict[int, list] = {}
+    batches = 0
+    for tool, t0, t1, pieces, lots, g in s.jobs:
+        by_tool.setdefault(tool, []).append((t0, t1))
+        if len(lots) > 1:
+            batches += 1
+            assert model.batching_l[g] and len({s.part[x] for x in lots}) == 1   # one family per batch
+        assert s.tool_group[tool] == g and t1 > t0
+    for spans in by_tool.values():
+        spans.sort()
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            assert b0 >= a1 - 1e-9
+    assert batches > 0
+
+
+def test_batches_respect_min_and_max():
+    model, s = _sim(days=2.0, batch_wait=1e9)   # no partial batches
+    orig = s.dispatch
+    sizes = []
+
+    def spy(g, lot, rule=None):
+        R = model.L[s.part[lot]]
+        st = s.step[lot]
+        n0 = len(s.jobs)
+        orig(g, lot, rule)
+        if model.batching_l[g] and R["bmax"][st] > 0:
+            sizes.append((s.jobs[n0][3], R["bmin"][st], R["bmax"][st]))
+    s.dispatch = spy
+    s.run("edd")
+    assert sizes and all(lo <= n <= hi for n, lo, hi in sizes)
+
+
+def test_breakdowns_make_tools_unavailable():
+    model, s = _sim(days=3.0, check=True)
+    downs = []
+    orig = s._go_down
+
+    def spy(tool, dur):
+        downs.append((tool, s.now, s.now + dur))
+        orig(tool, dur)
+    s._go_down = spy
+    s.run("fifo")
+    assert downs, "no breakdown or PM in 3 days"
+    for tool, t0, t1, *_ in s.jobs:
+        for dt, d0, d1 in downs:
+            if dt == tool:
+                assert not (d0 + 1e-9 < t0 < d1 - 1e-9), "a job started on a tool while it was down"
+    _, calm = _sim(days=3.0, breakdowns=False)
+    calm.run("fifo")
+    assert calm.stats.events > 0 and calm.n_down == 0 and not any(calm.tool_pending)
+
+
+def test_rules_run_and_differ():
+    out = {r: fab.run_rule("hvlm_mini", r, seed=1, days=2.0) for r in fab.RULES}
+    assert all(o["completed"] > 0 for o in out.values())
+    assert len({round(o["mean_tardiness_h"], 6) for o in out.values()}) >= 3
+    same = fab.run_rule("hvlm_mini", "edd", seed=1, days=2.0)
+    assert same == out["edd"]                               # seeded: reproducible
+    other = fab.run_rule("hvlm_mini", "edd", seed=2, days=2.0)
+    assert other != out["edd"]                              # the seed draws breakdowns and noise
+
+
+def test_env_passes_the_gymnasium_checker_and_masks():
+    from gymnasium.utils.env_checker import check_env
+
+    env = fab.FabEnv(days=1.0)
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    steps = 0
+    done = False
+    while not done and steps < 300:
+        mask = obs["action_mask"]
+        assert mask.sum() >= 2 or env.decision is None          # a decision has >= 2 legal lots
+        assert mask[:len(env.slots)].all() and not mask[len(env.slots):].any()
+        # Every rule's first choice is among the slots.
+        lots = env.decision.lots
+        for r in fab.RULES:
+            assert env.sim.rule_choice(lots, r) in set(env.slots.tolist())
+            assert env.slots[env.rule_action(r)] == env.sim.rule_choice(lots, r)
+        obs, rew, term, trunc, info = env.step(int(np.flatnonzero(mask)[-1]))
+        assert rew <= 0.0
+        done = term or trunc
+        steps += 1
+    assert steps > 10
+
+
+def test_env_episode_reports_metrics_and_history(tmp_path):
+    env = fab.FabEnv(days=0.5, release_control=True)
+    assert env.action_space.nvec.tolist() == [8, 3]
+    ep = fab.play(env, lambda o, e: e.rule_action("cr"), seed=0)
+    assert ep["sim_days"] == pytest.approx(0.5) and ep["agent_decisions"] > 0
+    h = env.history()
+    assert h.shape[1] == 7 and len(h) >= 11 and (np.diff(h[:, 0]) > 0).all()
+    path = fab.log_history(h, tmp_path / "tb")
+    assert any(path.iterdir())
+
+
+def test_follow_command_reward():
+    from hdppo.envs.rewards import resolve_reward
+
+    fn = resolve_reward("fab_follow_command")
+    cmd = np.zeros((2, 8), np.float32)
+    cmd[:, 1] = 1.0            # release level 1
+    cmd[0, 3 + 2] = 1.0        # criterion edd
+    cmd[1, 3 + 4] = 1.0        # balanced
+    infos = [{"chosen_ranks": np.array([1.0, 1.0, 0.0, 1.0])}, {"chosen_ranks": np.array([0.0, 0.0, 1.0, 1.0])}]
+    r = fn(command=cmd, info=infos, action=np.array([[0, 1], [0, 2]]), obs=None, next_obs=None)
+    assert r[0] == pytest.approx(1.0 + 0.5) and r[1] == pytest.approx(0.5)
+
+
+def test_bad_arguments_name_the_fix(tmp_path):
+    with pytest.raises(EnvError, match="scenario 'hvlm_tiny' is unknown.*hvlm_mini"):
+        fab.FabEnv(scenario="hvlm_tiny")
+    with pytest.raises(EnvError, match="fab 'XYZ' is not an SMT2020 dataset.*HVLM"):
+        fab.load_fab("XYZ")
+    with pytest.raises(EnvError, match="data_dir"):
+        fab.load_fab("HVLM", data_dir=tmp_path)
+    (tmp_path / "SMT2020_HVLM").mkdir()
+    with pytest.raises(EnvError, match="tool.txt.1l' is missing.*data_dir"):
+        fab.load_fab("HVLM", data_dir=tmp_path)
+    with pytest.raises(EnvError, match="objective"):
+        fab.FabEnv(objective="profit")
+    with pytest.raises(EnvError, match="default_rule"):
+        fab.FabEnv(default_rule="lifo")
+    with pytest.raises(EnvError, match="agent_groups"):
+        fab.FabEnv(agent_groups=["NoSuchGroup"])
+    with pytest.raises(EnvError, match="days"):
+        fab.FabEnv(days=0)
