@@ -21,18 +21,10 @@ import time
 from common import PPOSettings
 
 
-def sb3_env_steps_per_s(env_id: str, iterations: int = 5, warmup: int = 1,
-                        settings: PPOSettings | None = None, vec: str = "dummy") -> dict:
-    import stable_baselines3
-    import torch
-    from stable_baselines3 import PPO
+def clock_callback():
+    """An SB3 callback that notes (time, num_timesteps) at the start of every rollout and at the
+    end of training."""
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
-    s = settings or PPOSettings()
-    n_envs = s.num_workers * s.envs_per_worker
-    n_steps = max(1, s.train_batch // n_envs)
 
     class Clock(BaseCallback):
         def __init__(self):
@@ -49,6 +41,31 @@ def sb3_env_steps_per_s(env_id: str, iterations: int = 5, warmup: int = 1,
         def _on_training_end(self) -> None:
             self.end = (time.perf_counter(), self.num_timesteps)
 
+    return Clock()
+
+
+def clocked_learn(model, total_timesteps: int, warmup: int = 1) -> dict:
+    """``model.learn(total_timesteps)``; whole-iteration env steps/s after ``warmup`` iterations
+    (rollout + update), as ``env_steps_per_s`` with the timed ``env_steps`` and ``wall_s``."""
+    clock = clock_callback()
+    model.learn(total_timesteps=total_timesteps, callback=clock)
+    t0, s0 = clock.starts[warmup]
+    t1, s1 = clock.end
+    return {"env_steps_per_s": round((s1 - s0) / (t1 - t0), 1), "env_steps": s1 - s0, "wall_s": round(t1 - t0, 2)}
+
+
+def sb3_env_steps_per_s(env_id: str, iterations: int = 5, warmup: int = 1,
+                        settings: PPOSettings | None = None, vec: str = "dummy") -> dict:
+    import stable_baselines3
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    s = settings or PPOSettings()
+    n_envs = s.num_workers * s.envs_per_worker
+    n_steps = max(1, s.train_batch // n_envs)
+
     env = make_vec_env(env_id, n_envs=n_envs, seed=0,
                        vec_env_cls=SubprocVecEnv if vec == "subproc" else DummyVecEnv)
     act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[s.activation]
@@ -56,15 +73,11 @@ def sb3_env_steps_per_s(env_id: str, iterations: int = 5, warmup: int = 1,
                 gamma=s.gamma, gae_lambda=s.gae_lambda, clip_range=s.clip, vf_coef=s.vf_coeff,
                 ent_coef=s.entropy_coeff, policy_kwargs={"net_arch": list(s.hidden), "activation_fn": act},
                 device="cpu", seed=0, verbose=0)
-    clock = Clock()
     try:
-        model.learn(total_timesteps=(warmup + iterations) * n_steps * n_envs, callback=clock)
+        timed = clocked_learn(model, (warmup + iterations) * n_steps * n_envs, warmup)
     finally:
         env.close()
-    t0, s0 = clock.starts[warmup]
-    t1, s1 = clock.end
-    return {"env_id": env_id, "env_steps_per_s": round((s1 - s0) / (t1 - t0), 1), "env_steps": s1 - s0,
-            "wall_s": round(t1 - t0, 2), "iterations": iterations, "n_envs": n_envs, "n_steps": n_steps,
+    return {"env_id": env_id, **timed, "iterations": iterations, "n_envs": n_envs, "n_steps": n_steps,
             "vec_env": vec, "torch_threads": torch.get_num_threads(), "settings": s.as_dict(),
             "sb3_version": stable_baselines3.__version__}
 

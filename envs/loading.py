@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.metadata
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -39,6 +40,36 @@ def resolve_entry_point(entry_point: str) -> Callable[..., Any]:
         raise EnvError(f"env entry_point {entry_point!r}: module {module_name!r} has no attribute {attr!r}.") from None
 
 
+# Gymnasium 0.26-0.29 imported the ``gymnasium.envs`` entry points of installed packages at
+# import time, so ids such as MinAtar's "MinAtar/Breakout-v1" registered themselves. Gymnasium
+# 1.x dropped that plugin loading, and those packages still register only through it.
+PLUGIN_GROUP = "gymnasium.envs"
+_loaded_plugins: set[str] = set()
+
+
+def load_plugin_envs(env_id: str) -> bool:
+    """Register the ids of the installed package whose ``gymnasium.envs`` entry point is named
+    after ``env_id``'s namespace ("MinAtar" for "MinAtar/Breakout-v1"), as Gymnasium before 1.0
+    did on import. True when a plugin was (or had been) loaded for that namespace."""
+    ns = env_id.rpartition(":")[2].partition("/")[0] if "/" in env_id else ""
+    if not ns:
+        return False
+    if ns in _loaded_plugins:
+        return True
+    for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if ep.name == ns:
+            try:
+                hook = ep.load()
+                if callable(hook):
+                    hook()
+            except Exception as exc:  # noqa: BLE001 - a broken third-party plugin: say which
+                raise EnvError(f"env id {env_id!r}: the Gymnasium plugin {ep.value!r} of namespace {ns!r} failed "
+                               f"to register its envs ({type(exc).__name__}: {exc}).") from None
+            _loaded_plugins.add(ns)
+            return True
+    return False
+
+
 def _unknown_id(env_id: str) -> EnvError:
     ids = list(gym.registry.keys())
     close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
@@ -54,7 +85,7 @@ def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
     name = env_id or entry_point
     try:
         if env_id is not None:
-            if env_id not in gym.registry:
+            if env_id not in gym.registry and not load_plugin_envs(env_id):
                 # Some ids register on import of their package ("pkg/Env-v0" or "module:Env-v0").
                 if ":" not in env_id and "/" not in env_id:
                     raise _unknown_id(env_id)

@@ -107,9 +107,18 @@ class PolicyConfig(_Strict):
     @field_validator("hidden")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
-        if not v or any(h < 1 for h in v):
-            raise ValueError("hidden must list at least one positive layer size, e.g. [64, 64]")
+        if any(h < 1 for h in v):
+            raise ValueError("hidden must list positive layer sizes, e.g. [64, 64]")
         return v
+
+    @model_validator(mode="after")
+    def _some_hidden(self) -> "PolicyConfig":
+        # With a CNN the conv stack's linear layer (cnn_features) is already a hidden layer, so
+        # `hidden: []` gives the MinAtar paper's network: conv, one dense layer, the heads.
+        if not self.hidden and self.encoder != "cnn":
+            raise ValueError(f"hidden must list at least one positive layer size, e.g. [64, 64] (only encoder "
+                             f"'cnn' may have none, its cnn_features layer being one; this one is {self.encoder!r})")
+        return self
 
 
 class PPOConfig(_Strict):
