@@ -113,6 +113,10 @@ def test_wheel_holds_every_subpackage_module_and_preset(wheel):
         # platform/ or a subfolder missing from pyproject's package list is caught as well
         assert any(p.name == "__init__.py" for p in sources) or folder == "platform"
         expected |= {f"{package}/{p.relative_to(ROOT / folder).as_posix()}" for p in sources}
+    # Package data: the SMT2020 files the fab env reads (pyproject's [tool.setuptools.package-data]).
+    fab_data = ROOT / "envs" / "builtin" / "fab" / "data"
+    expected |= {f"hdppo/envs/builtin/fab/data/{p.relative_to(fab_data).as_posix()}"
+                 for p in fab_data.rglob("*") if p.is_file()}
     assert not expected - names, f"missing from {wheel.name}: {sorted(expected - names)}"
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "hdppo = hdppo.platform.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
