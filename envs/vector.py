@@ -325,6 +325,18 @@ class AdapterCopies(VectorMultiAgentEnv):
         try:
             self.state_dim = int(np.asarray(first.state()).size)
         except Exception:  # noqa: BLE001 - an env without state(): asked for only by layers that need it
+        # Agents with Discrete action spaces of different sizes (a game's unit types) share one
+        # policy over the largest: each agent's actions beyond its own are masked out.
+        sizes = {a: first.action_space(a) for a in self.agents}
+        ns = [int(sp.n) for sp in sizes.values() if isinstance(sp, gym.spaces.Discrete) and int(sp.start) == 0]
+        self._padded: gym.spaces.Discrete | None = None
+        base_mask = None
+        if len(ns) == len(self.agents) and len(set(ns)) > 1:
+            self._padded = gym.spaces.Discrete(max(ns))
+            self.mask_dim = max(ns)
+            base_mask = np.zeros((len(self.agents), self.mask_dim), np.float32)
+            for k, sp in enumerate(sizes.values()):
+                base_mask[k, : int(sp.n)] = 1.0
             self.state_dim = None
         n, a = self.num_envs, len(self.agents)
         self._obs = np.zeros((n, a, self.obs_dim), np.float32)
@@ -332,6 +344,8 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._alive = np.zeros((n, a), bool)
         self._acting = np.zeros((n, a), bool)
         self._ep_return = np.zeros(n)
+        if base_mask is not None:
+            self._masks[:] = base_mask
         self._ep_len = np.zeros(n, np.int64)
         self._raw: list[dict[str, Any]] = [{} for _ in range(n)]
         self._ready = True
@@ -340,7 +354,9 @@ class AdapterCopies(VectorMultiAgentEnv):
         return self.copies[0].observation_space(agent)
 
     def action_space(self, agent: str) -> gym.Space:
-        return self.copies[0].action_space(agent)
+        """The agent's action space; the largest one where Discrete sizes differ (see ``_setup``)."""
+        padded = getattr(self, "_padded", None)
+        return padded if padded is not None else self.copies[0].action_space(agent)
 
     def _slots(self, agents: Any) -> list[int]:
         try:
@@ -372,7 +388,8 @@ class AdapterCopies(VectorMultiAgentEnv):
                 if agent in self._masked:
                     inner = space.spaces.get("observation")  # type: ignore[union-attr]
                     flat = gym.spaces.flatten(inner, o["observation"]) if inner is not None else np.zeros(0)
-                    self._masks[i, s] = np.asarray(o["action_mask"], np.float32).reshape(-1)  # type: ignore[index]
+                    m = np.asarray(o["action_mask"], np.float32).reshape(-1)
+                    self._masks[i, s, : m.size] = m  # type: ignore[index]
                 elif agent in self._box:
                     flat = np.asarray(o, np.float32).reshape(-1)
                 else:
@@ -572,13 +589,20 @@ class GymnasiumVector(VectorMultiAgentEnv):
 
 
 def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
-                    max_episode_steps: int | None, num_envs: int, seed: int | None = None) -> VectorMultiAgentEnv:
-    """``num_envs`` copies of the configured env as one :class:`VectorMultiAgentEnv`."""
+                    max_episode_steps: int | None, num_envs: int, seed: int | None = None,
+                    opponents: dict | None = None) -> VectorMultiAgentEnv:
+    """``num_envs`` copies of the configured env as one :class:`VectorMultiAgentEnv`; ``opponents``
+    (``env.opponents`` as a dict) plays some agents inside each copy (:mod:`hdppo.envs.opponents`)."""
     from .adapters import GymnasiumAdapter, make_multi_agent
     from .loading import make_gym_env, resolve_entry_point
 
     name = env_id or entry_point or "env"
     if env_type == "gymnasium":
+    from .opponents import with_opponents
+
+    if opponents and env_type not in ("pettingzoo", "rllib"):
+        raise EnvError(f"env.opponents needs a dict-keyed multi-agent env (env.type pettingzoo or rllib); this one is "
+                       f"{env_type!r}. A natively vectorised env plays its opponents itself (through its kwargs).")
         make = lambda: make_gym_env(env_id, entry_point, kwargs, max_episode_steps)  # noqa: E731
         first = make()
         space = first.observation_space
@@ -587,8 +611,8 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
             return AdapterCopies(lambda: GymnasiumAdapter(make(), name), num_envs, name)
         return GymnasiumCopies(make, num_envs, name)
     if env_type in ("pettingzoo", "rllib"):
-        return AdapterCopies(lambda: make_multi_agent(env_type, env_id, entry_point, kwargs, max_episode_steps),
-                             num_envs, name)
+        return AdapterCopies(lambda: with_opponents(make_multi_agent(env_type, env_id, entry_point, kwargs,
+                                                                     max_episode_steps), opponents), num_envs, name)
     if env_type == "gymnasium_vector":
         same = gym.vector.AutoresetMode.SAME_STEP
         try:

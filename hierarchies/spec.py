@@ -149,10 +149,13 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
             raise _layer_error(spec, "agents", f"the env's agents have different observation sizes {sorted(dims)}; "
                                "parameter sharing needs one size. Give them separate hierarchies or pad them.")
         env_dim, spec.mask_dim = dims.pop()
+        # Discrete actions of different sizes are padded to the largest, with masks (envs.vector).
+        spec.mask_dim = max(spec.mask_dim, int(getattr(probe, "mask_dim", 0) or 0))
         spaces = {repr(probe.action_space(a)) for a in known}
         if len(spaces) > 1:
             raise _layer_error(spec, "agents", f"the env's agents have different action spaces ({', '.join(spaces)}); "
-                               "parameter sharing needs one.")
+                               "parameter sharing needs one (Discrete spaces of different sizes are padded to the "
+                               "largest with action masks; other kinds must match).")
         spec.action_space = probe.action_space(known[0])
         if src == "state":
             env_dim = _state_dim(spec, probe)
@@ -228,7 +231,8 @@ def make_env(cfg: Config, num_envs: int, seed: int | None = None) -> VectorMulti
     from ..envs.vector import make_vector_env
 
     e = cfg.env
-    venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, num_envs, seed)
+    venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, num_envs, seed,
+                           opponents=e.opponents.model_dump() if e.opponents is not None else None)
     venv.want_state = needs_state(cfg)
     return venv
 

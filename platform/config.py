@@ -24,6 +24,54 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class OpponentsSpec(_Strict):
+    """Agents of the env played inside it by a fixed policy; the layers see only the others
+    (see hdppo.envs.opponents)."""
+
+    agents: Union[str, list[str]] = Field(
+        ..., description="The agents the policy plays: a name prefix ('blue': every agent whose name starts with it) "
+        "or a list of agent names. At least one agent must be left to learn.")
+    policy: str = Field(
+        "random", description="'random' (uniform over each opponent's action space, legal actions only where its "
+        "observation has an action_mask) or 'package.module:function', called each env step as "
+        "fn(observations, env, rng) -> {agent: action} for the opponents acting then.",
+        json_schema_extra={"examples": ["random", "hdppo.envs.builtin.magent:attack_nearest"]})
+    alive: Optional[str] = Field(
+        None, description="'package.module:function', fn(env) -> the names of the agents still standing after a step, "
+        "for the learners_alive/opponents_alive infos; default: the agents not terminated this episode (for games "
+        "that terminate every agent when the game ends, as MAgent2 does, give the game's own count).")
+
+    @field_validator("agents")
+    @classmethod
+    def _some(cls, v: Union[str, list[str]]) -> Union[str, list[str]]:
+        if (isinstance(v, str) and not v) or (isinstance(v, list) and (not v or any(not a for a in v))):
+            raise ValueError("agents must be a non-empty name prefix (e.g. 'blue') or a list of agent names")
+        return v
+
+    @field_validator("policy")
+    @classmethod
+    def _importable(cls, v: str) -> str:
+        from ..envs.opponents import resolve_policy
+
+        try:
+            resolve_policy(v)  # a wrong 'module:function' fails now, not on a worker
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix(f"env.opponents.policy {v!r}: ")) from None
+        return v
+
+    @field_validator("alive")
+    @classmethod
+    def _alive_importable(cls, v: Optional[str]) -> Optional[str]:
+        from ..envs.opponents import resolve_alive
+
+        if v is not None:
+            try:
+                resolve_alive(v)
+            except ConfigError as exc:
+                raise ValueError(str(exc).removeprefix(f"env.opponents.alive {v!r}: ")) from None
+        return v
+
+
 class EnvConfig(_Strict):
     """Which environment to train on."""
 
@@ -39,6 +87,9 @@ class EnvConfig(_Strict):
         None, description="'package.module:factory', a callable returning the env; used instead of id.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the env or factory.")
     max_episode_steps: Optional[int] = Field(None, ge=1, description="Truncate episodes at this length.")
+    opponents: Optional[OpponentsSpec] = Field(
+        None, description="Some agents played inside the env by 'random' or a 'module:function' script, "
+        "e.g. {agents: blue, policy: random}; only dict-keyed envs (type pettingzoo or rllib).")
     episode_metrics: Optional[list[str]] = Field(
         None, description="Info keys logged per episode as 'episode/<key>' (mean over the agents whose last-step "
         "info has it), e.g. [crashed] for highway-env. Default: the env's metadata['episode_metrics'] "
@@ -55,6 +106,9 @@ class EnvConfig(_Strict):
             raise ValueError("give exactly one of 'id' (a registered env id) or 'entry_point' ('module:factory')")
         if self.entry_point is not None and ":" not in self.entry_point:
             raise ValueError(f"entry_point {self.entry_point!r} must look like 'package.module:factory'")
+        if self.opponents is not None and self.type not in ("pettingzoo", "rllib"):
+            raise ValueError(f"opponents needs a dict-keyed multi-agent env (type pettingzoo or rllib), not type "
+                             f"{self.type!r}; a natively vectorised env plays its opponents itself, through its kwargs")
         return self
 
 
