@@ -322,9 +322,6 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._dims = {a: d for a, (d, _) in dims.items()}
         self._uniform = len(self._box) == len(self.agents) and len(set(self._dims.values())) == 1
         self._act_discrete = isinstance(first.action_space(self.agents[0]), gym.spaces.Discrete)
-        try:
-            self.state_dim = int(np.asarray(first.state()).size)
-        except Exception:  # noqa: BLE001 - an env without state(): asked for only by layers that need it
         # Agents with Discrete action spaces of different sizes (a game's unit types) share one
         # policy over the largest: each agent's actions beyond its own are masked out.
         sizes = {a: first.action_space(a) for a in self.agents}
@@ -337,15 +334,18 @@ class AdapterCopies(VectorMultiAgentEnv):
             base_mask = np.zeros((len(self.agents), self.mask_dim), np.float32)
             for k, sp in enumerate(sizes.values()):
                 base_mask[k, : int(sp.n)] = 1.0
+        try:
+            self.state_dim = int(np.asarray(first.state()).size)
+        except Exception:  # noqa: BLE001 - an env without state(): asked for only by layers that need it
             self.state_dim = None
         n, a = self.num_envs, len(self.agents)
         self._obs = np.zeros((n, a, self.obs_dim), np.float32)
         self._masks = np.ones((n, a, self.mask_dim), np.float32) if self.mask_dim else None
+        if base_mask is not None:
+            self._masks[:] = base_mask
         self._alive = np.zeros((n, a), bool)
         self._acting = np.zeros((n, a), bool)
         self._ep_return = np.zeros(n)
-        if base_mask is not None:
-            self._masks[:] = base_mask
         self._ep_len = np.zeros(n, np.int64)
         self._raw: list[dict[str, Any]] = [{} for _ in range(n)]
         self._ready = True
@@ -595,14 +595,14 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
     (``env.opponents`` as a dict) plays some agents inside each copy (:mod:`hdppo.envs.opponents`)."""
     from .adapters import GymnasiumAdapter, make_multi_agent
     from .loading import make_gym_env, resolve_entry_point
-
-    name = env_id or entry_point or "env"
-    if env_type == "gymnasium":
     from .opponents import with_opponents
 
     if opponents and env_type not in ("pettingzoo", "rllib"):
         raise EnvError(f"env.opponents needs a dict-keyed multi-agent env (env.type pettingzoo or rllib); this one is "
                        f"{env_type!r}. A natively vectorised env plays its opponents itself (through its kwargs).")
+
+    name = env_id or entry_point or "env"
+    if env_type == "gymnasium":
         make = lambda: make_gym_env(env_id, entry_point, kwargs, max_episode_steps)  # noqa: E731
         first = make()
         space = first.observation_space
