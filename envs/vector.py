@@ -92,6 +92,9 @@ class VectorMultiAgentEnv:
     def copy_env(self, i: int) -> Any:
         return None
 
+    # Optional, for videos of a natively vectorised env (hdppo eval --video, train.video_every):
+    # ``render_copy(i) -> [H, W, 3] uint8``, a picture of copy i as it is now.
+
 
 def declared_episode_metrics(env: Any) -> tuple[str, ...]:
     """The info keys an env declares in ``metadata["episode_metrics"]`` (none if it declares none)."""

@@ -141,11 +141,43 @@ def _render_config(cfg: Any) -> Any:
     update: dict[str, Any] = {"kwargs": {**env.kwargs, "render_mode": "rgb_array"}}
     if env.type == "gymnasium_vector" and env.id is not None:
         update["type"] = "gymnasium"  # the same env, one copy made by gym.make
-    elif env.type in ("gymnasium_vector", "vector"):
+    elif env.type == "vector":
+        return cfg  # one copy of the batched env, drawn by its render_copy(0) (see _VectorFrames)
+    elif env.type == "gymnasium_vector":
         raise EnvError(f"env {env.name!r} is natively vectorised (env.type {env.type!r}): a video is recorded from "
                        "one env copy stepped by itself, which such a factory does not give. Record with an env.type "
                        "that makes single copies (gymnasium, pettingzoo, rllib) of the same env.")
     return cfg.model_copy(update={"env": env.model_copy(update=update)})
+
+
+class _VectorFrames:
+    """Stands in for a one-copy natively vectorised env (``env.type: vector``) that can draw its
+    copies (``render_copy(i) -> [H, W, 3]``): everything passes through, and ``reset``/``step``
+    also hand on a frame of copy 0. Such an env resets a copy inside the step that ends its
+    episode, so an episode's last frame is the next one's first (the final position is not shown)."""
+
+    def __init__(self, inner: Any, name: str, grab: Callable[[np.ndarray, bool], None]):
+        self._inner, self._name, self._grab = inner, name, grab
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self._inner, key)
+
+    def _frame(self, reset: bool) -> None:
+        try:
+            frame = self._inner.render_copy(0)
+        except Exception as exc:  # noqa: BLE001 - any failure to render is reported with its fix
+            raise _render_failed(self._name, exc) from None
+        self._grab(_as_frame(frame, self._name), reset)
+
+    def reset(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._inner.reset(*args, **kwargs)
+        self._frame(True)
+        return out
+
+    def step(self, actions: np.ndarray) -> Any:
+        out = self._inner.step(actions)
+        self._frame(bool(np.asarray(out.episode_end)[0]))
+        return out
 
 
 def _make_render_env(cfg: Any, seed: int | None, grab: Callable[[np.ndarray, bool], None]):
@@ -162,6 +194,22 @@ def _make_render_env(cfg: Any, seed: int | None, grab: Callable[[np.ndarray, boo
     except EnvError as exc:
         why = str(exc).removesuffix(" Check env.kwargs in the config.").rstrip(".")  # the kwargs are fine
         raise EnvError(f"env {name!r} could not be made with render_mode='rgb_array' ({why}). " + _RENDER_FIX) from None
+    if cfg.env.type == "vector":
+        if not callable(getattr(venv, "render_copy", None)):
+            venv.close()
+            raise EnvError(f"env {name!r} (env.type 'vector'): {type(venv).__name__} has no render_copy(i) method, "
+                           "so no frame can be drawn. Give the batched env a render_copy(i) that returns copy i as "
+                           "an [H, W, 3] uint8 image (see hdppo.envs.vector.VectorMultiAgentEnv), or record with an "
+                           "env.type that makes single copies of the same env.")
+        venv = _VectorFrames(venv, name, grab)
+        try:
+            first = reset_env(venv, seed)
+            specs = build_spec(cfg, venv, first)
+        except BaseException:
+            venv.close()
+            raise
+        meta = getattr(venv, "metadata", None) or {}
+        return venv, first, specs, float(meta.get("render_fps") or DEFAULT_FPS)
     if isinstance(venv, GymnasiumCopies):
         copies = venv.envs
     elif isinstance(venv, AdapterCopies):

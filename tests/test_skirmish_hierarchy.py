@@ -71,3 +71,12 @@ def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
     assert big.layer("squad").agents.squads["squad_1"] == [f"red_{i}" for i in range(5, 10)]
     result = games_of(evaluate_episodes(big, states, 4, num_envs=2))
     assert result["games"] == 4 and result["win"] + result["draw"] + result["loss"] == 4
+    # A video of the batched env (env.type vector): its copies are drawn by render_copy().
+    from PIL import Image
+
+    from hdppo.platform.video import record_video
+
+    rec = record_video(cfg, states, tmp_path / "battle.gif", 1)
+    assert rec.frames >= rec.lengths[0] >= 1 and len(rec.returns) == 1
+    gif = Image.open(tmp_path / "battle.gif")
+    assert gif.n_frames >= 2 and gif.size[1] > gif.size[0] * 24 / 32 * 0.9  # the map, plus the commands' band

@@ -113,6 +113,14 @@ def test_env_without_rgb_array_exits_2_naming_the_fix(tmp_path, capsys):
     assert not (tmp_path / "again" / "metrics.jsonl").exists()
 
 
+def test_batched_env_without_render_copy_is_refused_naming_the_method(tmp_path):
+    from hdppo.platform.video import check_renders
+
+    cfg = validate(tiny_config(env={"type": "vector", "entry_point": "scripted_envs:batched_countdown"}))
+    with pytest.raises(EnvError, match=r"render_copy\(i\)"):
+        check_renders(cfg)
+
+
 def test_run_dir_without_checkpoints_exits_2(cartpole_run, tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -20,6 +20,7 @@ from .accounts import unit_infos
 from .core import StepArrays
 from .env import SkirmishEnv, make_battle, observation_space
 from .opponents import get_policy
+from .render import frame
 from .scenarios import Scenario
 
 
@@ -88,6 +89,12 @@ class SkirmishVector(VectorMultiAgentEnv):
         self._act_space = spaces.Discrete(b.A)
         self._ep_return = np.zeros(num_envs)
         self._ep_len = np.zeros(num_envs, np.int64)
+
+    metadata = {"render_fps": SkirmishEnv.metadata["render_fps"]}
+
+    def render_copy(self, i: int) -> np.ndarray:
+        """Copy ``i`` as :mod:`.render` draws it (for ``hdppo eval --video``)."""
+        return frame(self.battle, i)
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_space
