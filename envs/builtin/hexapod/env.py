@@ -204,7 +204,6 @@ class HexapodEnv(gym.Env):
         a = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
         d = self.data
         d.ctrl[:] = np.clip(self._stance + ACTION_SCALE * a, self._ranges[:, 0], self._ranges[:, 1])
-        self._pushed = False
         if self.t * self.dt >= self._next_push:
             self.push()
             self._next_push += self.push_interval_s
@@ -242,7 +241,9 @@ class HexapodEnv(gym.Env):
         off_map = max(abs(d.qpos[0]), abs(d.qpos[1])) > self._half - 0.6
         terminated = bool(fell or (self.task == "goal" and success))
         truncated = bool(not terminated and (self.t >= self.max_steps or off_map))
-        return self._obs(), float(reward), terminated, truncated, self._info(fell, success, v_h, yaw_rate, penalty, dist)
+        info = self._info(fell, success, v_h, yaw_rate, penalty, dist)
+        self._pushed = False   # reported once, at the step the push (scheduled or by push()) came in
+        return self._obs(), float(reward), terminated, truncated, info
 
     # -- measurements ----------------------------------------------------------------------------
 
