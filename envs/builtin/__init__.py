@@ -16,6 +16,7 @@ REWARDS: dict[str, str] = {
     "skirmish_squad_objective": "hdppo.envs.builtin.skirmish.rewards",
     "swarm_follow_command": "hdppo.envs.builtin.swarm.rewards",
     "grasp_follow_phase": "hdppo.envs.builtin.grasp.rewards",
+    "driving_follow_tactic": "hdppo.envs.builtin.driving",
     "hexapod_velocity_tracking": "hdppo.envs.builtin.hexapod.rewards",
     "hexapod_waypoint_following": "hdppo.envs.builtin.hexapod.rewards",
 }

@@ -1,0 +1,216 @@
+"""Grasping unseen objects: lift success on the held-out objects, hierarchy vs flat PPO.
+
+Trains ``configs/grasp_hierarchy.yaml`` (a phase layer over an end-effector layer, each its own
+DPPO group) and ``configs/grasp_flat.yaml`` (flat PPO) for the same env steps (all groups
+together) on the training objects, then runs each run's last checkpoint for ``--episodes``
+deterministic episodes on the held-out objects (every tenth of pybullet_data's random_urdfs,
+never seen in training) and reports, per phase, the share of episodes that got there: reach
+(the ee within 3 cm of the pre-grasp point), grasp (both fingers on the object, gripper
+closed), lift (held ``lift_height`` = 8 cm up: success), with Wilson 95% intervals. A scripted
+pick (move above, descend, close, raise: the env's privileged observation used by hand) runs
+on the same episodes, as a reference for what the objects allow.
+
+Usage::
+
+    python benchmarks/grasp.py                       # train both (100k env steps each), evaluate
+    python benchmarks/grasp.py --run hierarchy=runs/x --run flat=runs/y   # evaluate given runs
+    python benchmarks/grasp.py --quick               # smoke: tiny budgets, a few episodes
+
+Results: ``benchmarks/results/grasp.{json,md}`` with the machine they ran on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from machine import machine_info  # noqa: E402
+
+CONFIGS = {"hierarchy": "grasp_hierarchy.yaml", "flat": "grasp_flat.yaml"}
+PHASE_KEYS = {"reach": "reached", "grasp": "grasp_made", "lift": "is_success"}
+TARGET = 0.70
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def phase_table(flags: dict[str, list[float]]) -> dict[str, Any]:
+    n = len(next(iter(flags.values())))
+    out: dict[str, Any] = {"episodes": n}
+    for phase, vals in flags.items():
+        k = int(round(sum(vals)))
+        out[phase] = {"rate": k / n if n else 0.0, "k": k, "ci95": list(wilson(k, n))}
+    return out
+
+
+def train(name: str, env_steps: int, run_dir: Path, overrides: list[str]) -> dict:
+    from hdppo.platform.config import load_config
+    from hdppo.platform.ray_runtime import shutdown_ray
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config(ROOT / "configs" / CONFIGS[name], [f"train.total_env_steps={env_steps}", "train.eval_episodes=0",
+                                                        *overrides])
+    trainer = Trainer(cfg, run_dir)
+    try:
+        return trainer.train()
+    finally:
+        trainer.shutdown()
+        if cfg.ray.backend == "ray":
+            shutdown_ray()
+
+
+def heldout_config(cfg):
+    from hdppo.platform.config import validate
+
+    data = cfg.model_dump(mode="json")
+    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, objects="heldout")
+    return validate(data)
+
+
+def evaluate_run(run_dir: Path, episodes: int, seed: int) -> dict:
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.platform.config import load_config
+    from hdppo.platform.evaluation import evaluate_episodes
+
+    cfg = load_config(run_dir / "config.yaml")
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        raise RuntimeError(f"{run_dir}: no checkpoint")
+    state = load_checkpoint(last)
+    steps = int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+    t0 = time.perf_counter()
+    eps = evaluate_episodes(heldout_config(cfg), learner_states(state), episodes, seed=seed, num_envs=8)
+    flags = {phase: [] for phase in PHASE_KEYS}
+    for ep in eps:
+        info = next(iter(ep.infos.values()))
+        for phase, key in PHASE_KEYS.items():
+            flags[phase].append(float(info[key]))
+    return {"run_dir": str(run_dir), "checkpoint": last.name, "env_steps": steps,
+            "return_mean": float(np.mean([e.ret for e in eps])), "eval_wall_s": time.perf_counter() - t0,
+            **phase_table(flags)}
+
+
+def evaluate_scripted(episodes: int, seed: int) -> dict:
+    from hdppo.envs.builtin.grasp import Grasp
+    from hdppo.envs.builtin.grasp.scripted import ScriptedPick
+
+    env, pick = Grasp(objects="heldout"), ScriptedPick()
+    flags = {phase: [] for phase in PHASE_KEYS}
+    t0 = time.perf_counter()
+    for ep in range(episodes):
+        obs, info = env.reset(seed=seed + ep)
+        pick.reset()
+        for _ in range(env.max_steps):
+            obs, _, term, trunc, info = env.step(pick.act(obs))
+            if term or trunc:
+                break
+        for phase, key in PHASE_KEYS.items():
+            flags[phase].append(float(info[key]))
+    env.close()
+    return {"wall_s": time.perf_counter() - t0, "env_steps_per_s": episodes * env.max_steps / (time.perf_counter() - t0),
+            **phase_table(flags)}
+
+
+def pct(entry: dict, phase: str) -> str:
+    r = entry[phase]
+    return f"{100 * r['rate']:.0f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}]"
+
+
+def render_markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = ["# Grasping held-out objects (benchmarks/grasp.py)", "",
+             f"Command: `{report['command']}`", "",
+             f"Machine: {m.get('cpu_model')}, {m.get('cpu_count')} CPUs, {m.get('timestamp_utc', '')}; other runs shared it.", "",
+             f"Held-out objects (every tenth of random_urdfs), {report['settings']['episodes']} deterministic episodes "
+             "each, one object on the tray; share of episodes reaching each phase, Wilson 95% interval.", "",
+             "| policy | env steps trained | reach | grasp | lift (success) | mean return |",
+             "|---|---|---|---|---|---|"]
+    for name, e in report["trained"].items():
+        if "error" in e:
+            lines.append(f"| {name} | - | error: {e['error']} | | | |")
+            continue
+        lines.append(f"| {name} (`configs/{CONFIGS[name]}`) | {e['env_steps']:,} | {pct(e, 'reach')} | {pct(e, 'grasp')} | "
+                     f"**{pct(e, 'lift')}** | {e['return_mean']:.1f} |")
+    if "scripted" in report:
+        s = report["scripted"]
+        lines.append(f"| scripted pick (reference, privileged) | - | {pct(s, 'reach')} | {pct(s, 'grasp')} | {pct(s, 'lift')} | - |")
+    h = report["trained"].get("hierarchy", {})
+    if "lift" in h:
+        met = h["lift"]["rate"] >= TARGET
+        lines += ["", f"Target: lift success >= {100 * TARGET:.0f}% on held-out objects: "
+                      f"{'met' if met else '**not met**'} ({100 * h['lift']['rate']:.0f}%)."]
+    for note in report.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, a few episodes")
+    p.add_argument("--episodes", type=int, default=None, help="held-out episodes per policy (default 100; --quick 4)")
+    p.add_argument("--env-steps", type=int, default=None, help="training env steps per config (default 100,000)")
+    p.add_argument("--run", action="append", default=[], metavar="NAME=DIR", help="evaluate this run dir instead of training NAME")
+    p.add_argument("--only", default=None, help="comma list of: hierarchy, flat, scripted")
+    p.add_argument("--set", action="append", default=[], dest="overrides", help="config override for training")
+    p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_grasp"))
+    p.add_argument("--seed", type=int, default=12345, help="evaluation seed (object draws and placements)")
+    p.add_argument("--out", default=None, help="output stem (default benchmarks/results/grasp[_quick])")
+    p.add_argument("--note", action="append", default=[])
+    args = p.parse_args(argv)
+    episodes = args.episodes or (4 if args.quick else 100)
+    env_steps = args.env_steps or (1_000 if args.quick else 100_000)
+    parts = args.only.split(",") if args.only else [*CONFIGS, "scripted"]
+    overrides = (["ray.backend=local", "train.checkpoint_every=1"] if args.quick else []) + args.overrides
+    given = dict(r.split("=", 1) for r in args.run)
+    out = Path(args.out) if args.out else HERE / "results" / ("grasp_quick" if args.quick else "grasp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"machine": machine_info(), "command": "python benchmarks/grasp.py " + " ".join(argv or sys.argv[1:]),
+                              "settings": {"episodes": episodes, "env_steps": env_steps, "overrides": overrides,
+                                           "seed": args.seed}, "notes": args.note, "trained": {}}
+
+    def save() -> None:
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+        out.with_suffix(".md").write_text(render_markdown(report))
+
+    for name in CONFIGS:
+        if name not in parts:
+            continue
+        try:
+            if name in given:
+                run_dir = Path(given[name])
+            else:
+                run_dir = Path(args.runs_dir) / name
+                t0 = time.perf_counter()
+                train(name, env_steps, run_dir, overrides)
+                report["trained"].setdefault(name, {})["train_wall_s"] = time.perf_counter() - t0
+            report["trained"][name] = report["trained"].get(name, {}) | evaluate_run(run_dir, episodes, args.seed)
+        except Exception as exc:  # a failed row is reported, the others still run
+            report["trained"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+        save()
+        print(f"[grasp] {name}: {report['trained'][name]}", flush=True)
+    if "scripted" in parts:
+        report["scripted"] = evaluate_scripted(episodes, args.seed)
+        save()
+        print(f"[grasp] scripted: {report['scripted']}", flush=True)
+    print(render_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""driving: highway-env's scenarios (PyPI ``highway-env``) with their outcome in ``info``, for a
+hierarchy of tactical choices over the env's meta-actions.
+
+Flat driving needs no adapter: ``env: {id: "highway_env:highway-fast-v0"}`` makes Gymnasium
+import ``highway_env`` (which registers its ids) and make the env (``configs/highway.yaml``).
+This module is for the two-layer variant on ``roundabout-v1`` (``configs/highway_roundabout_hierarchy.yaml``):
+it makes the env with config overrides, and writes into every step's info how the episode is
+going, which highway-env leaves implicit (the roundabout has no success flag), plus what a
+command-following reward needs (the ego's ring lane and speed).
+
+| | |
+|---|---|
+| agents | one (Gymnasium env), the ego vehicle |
+| action | the env's: ``Discrete(5)`` DiscreteMetaAction (0 LANE_LEFT, 1 IDLE, 2 LANE_RIGHT, 3 FASTER, 4 SLOWER), one per second |
+| observation | the env's: Kinematics, Box(-inf, inf, (5, 5), float32) (hdppo flattens it) |
+| reward | the env's (roundabout: speed, a lane-change cost, 0 on a crash; normalised to [0, 1] per step) |
+| info | highway-env's (``speed``, ``crashed``, ``rewards``) plus ``lane`` (the ego's lane index in its road segment; on the ring 0 is the inner lane, 1 the outer), ``on_ring`` (1 on the ring), ``exited`` (1 once the ego reached its exit), ``is_success`` (exited without a crash), ``crash`` (1/0), ``timeout`` (1 where the episode ran out of time without success or crash) |
+| episode | the env's: ends on a crash; truncated after ``duration`` (roundabout: 11 s) |
+| arguments | ``env_id="roundabout-v1"`` (any highway-env id), ``config=None`` (a dict of highway-env config overrides), ``render_mode=None`` (or ``"rgb_array"``) |
+| factory | ``make(**kwargs)`` (``env.entry_point: hdppo.envs.builtin.driving:make``) |
+
+**For a hierarchy**: an upper layer chooses every few seconds a *tactic*, ``Discrete(4)`` =
+ring lane (inner, outer) x speed (cautious 8 m/s, brisk 16 m/s), :data:`TACTICS`; the lower
+layer drives with the meta-actions and is rewarded by ``driving_follow_tactic`` for being in the
+commanded lane at the commanded speed, and not crashing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ..errors import EnvError
+from ..rewards import register_reward
+
+__all__ = ["RING", "TACTICS", "DrivingOutcome", "follow_tactic", "make"]
+
+# The roundabout's ring, as highway-env builds it (roundabout_env._make_road): eight arcs, two
+# lanes each (lane 0 radius 20 m, lane 1 radius 24 m).
+RING = {("se", "ex"), ("ex", "ee"), ("ee", "nx"), ("nx", "ne"), ("ne", "wx"), ("wx", "we"), ("we", "sx"), ("sx", "se")}
+# The upper layer's tactics: (ring lane, target speed in m/s); roundabout's meta-action speeds are 0, 8, 16.
+TACTICS = ((0, 8.0), (0, 16.0), (1, 8.0), (1, 16.0))
+SPEED_SCALE = 16.0
+
+
+class DrivingOutcome(gym.Wrapper):
+    """Adds the episode's outcome and the ego's lane to ``info`` (module docstring)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.metadata = dict(env.metadata, name=f"driving_{env.spec.id if env.spec else 'highway'}")
+        self._destination: str | None = None
+        self._exited = False
+
+    def _outcome(self, info: dict, terminated: bool = False, truncated: bool = False) -> dict:
+        vehicle = self.env.unwrapped.vehicle
+        lane = vehicle.lane_index
+        self._exited |= self._destination is not None and lane[1] == self._destination
+        crashed = bool(vehicle.crashed)
+        info = dict(info)
+        info.update(lane=int(lane[2]), on_ring=float((lane[0], lane[1]) in RING), exited=float(self._exited),
+                    crash=float(crashed), is_success=float(self._exited and not crashed),
+                    timeout=float(truncated and not crashed and not self._exited), speed=float(vehicle.speed))
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        route = getattr(self.env.unwrapped.vehicle, "route", None) or []
+        self._destination = route[-1][1] if route else None
+        self._exited = False
+        return obs, self._outcome(info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, self._outcome(info, terminated, truncated)
+
+
+@register_reward("driving_follow_tactic")
+def follow_tactic(command: np.ndarray, info: dict, **_) -> float:
+    """Carry out the commanded tactic (a one-hot over :data:`TACTICS`): 0.5 for being in its
+    ring lane (off the ring, on the entry and exit roads, any lane counts), up to 0.5 for
+    driving at its speed (``0.5 (1 - |v - v_cmd| / 16)``), and -1 on a crash."""
+    lane, speed = TACTICS[int(np.argmax(np.asarray(command)))]
+    in_lane = 1.0 if (not info.get("on_ring", 0.0) or int(info.get("lane", -1)) == lane) else 0.0
+    fit = max(0.0, 1.0 - abs(float(info.get("speed", 0.0)) - speed) / SPEED_SCALE)
+    return 0.5 * in_lane + 0.5 * fit - float(info.get("crash", 0.0))
+
+
+def make(env_id: str = "roundabout-v1", config: dict[str, Any] | None = None, render_mode: str | None = None) -> gym.Env:
+    """A highway-env env wrapped in :class:`DrivingOutcome`; ``config`` overrides highway-env's
+    own config keys (``duration``, ``vehicles_count``, ...)."""
+    try:
+        import highway_env  # noqa: F401  (registers the ids)
+    except ImportError as exc:
+        raise EnvError(f"driving: highway-env is not installed ({exc}). Install it: pip install 'hdppo[domains]' "
+                       "(or pip install highway-env).") from None
+    full = env_id if ":" in env_id else env_id
+    if full not in gym.registry:
+        ids = sorted(k for k, v in gym.registry.items() if str(v.entry_point).startswith("highway_env"))
+        raise EnvError(f"driving: env_id={env_id!r} is not a highway-env id. Use one of {', '.join(ids)}.")
+    env = gym.make(full, config=dict(config or {}), render_mode=render_mode)
+    return DrivingOutcome(env)

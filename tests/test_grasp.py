@@ -1,0 +1,134 @@
+"""The grasp env (PyBullet, Panda, random_urdfs): loading, the object split, grasping, resets,
+Gymnasium's checker, the reward, errors and the configs. Fast: a few short episodes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pybullet")
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+
+from hdppo.envs.builtin.grasp import Grasp, split_ids  # noqa: E402
+from hdppo.envs.builtin.grasp.env import SPAWN_HALF, TRAY_POS, TRAY_TOP  # noqa: E402
+from hdppo.envs.errors import EnvError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = Grasp(objects="train")
+    yield e
+    e.close()
+
+
+def test_the_split_is_fixed_disjoint_and_covers_random_urdfs():
+    train, held = split_ids("train"), split_ids("heldout")
+    assert len(train) == 900 and len(held) == 100
+    assert not set(train) & set(held)
+    assert set(train) | set(held) == set(range(1000))
+    assert held[:3] == [0, 10, 20]
+
+
+def test_bad_object_arguments_name_the_fix():
+    with pytest.raises(EnvError, match="heldout"):
+        Grasp(objects="test")
+    with pytest.raises(EnvError, match="0-999"):
+        Grasp(objects=[5, 1200])
+    with pytest.raises(EnvError, match="1 to 5"):
+        Grasp(num_objects=0)
+
+
+def test_arm_loads_and_starts_above_the_tray(env):
+    obs, info = env.reset(seed=0)
+    assert env._p.getNumJoints(env._robot) == 12
+    assert obs.shape == env.observation_space.shape and obs.dtype == np.float32
+    ee = obs[:3] + TRAY_POS
+    assert abs(ee[0] - 0.55) < 0.08 and abs(ee[1]) < 0.08 and 0.18 < ee[2] < 0.32
+    assert obs[6] == 0.0 and obs[5] > 0.9  # gripper open
+
+
+def test_reset_places_objects_in_the_tray():
+    e = Grasp(objects="heldout", num_objects=3)
+    try:
+        for seed in range(3):
+            _, info = e.reset(seed=seed)
+            assert all(n % 10 == 0 for n in info["objects"])
+            for body in e._bodies:
+                pos = np.asarray(e._p.getBasePositionAndOrientation(body)[0])
+                assert np.all(np.abs(pos[:2] - TRAY_POS[:2]) <= SPAWN_HALF + 0.04), pos
+                assert TRAY_TOP - 0.01 < pos[2] < TRAY_TOP + 0.08, pos
+    finally:
+        e.close()
+
+
+def test_the_gripper_closes_on_an_object_and_lifts_it():
+    """The scripted pick (above it, down, close, up) on object 851, seed 0."""
+    from hdppo.envs.builtin.grasp.scripted import ScriptedPick
+
+    e, pick = Grasp(objects=[851]), ScriptedPick()
+    try:
+        obs, info = e.reset(seed=0)
+        grasped_at = None
+        for t in range(40):
+            obs, r, term, trunc, info = e.step(pick.act(obs))
+            if grasped_at is None and info["grasped"][0]:
+                grasped_at = t
+                assert 0.05 < obs[5] < 0.95  # the fingers stopped on the object, not at zero
+        assert grasped_at is not None and info["grasp_made"] == 1.0 and info["grasped"][0] == 1.0
+        assert info["is_success"] == 1.0 and info["height"][0] > 0.08 and r > 0.9
+    finally:
+        e.close()
+
+
+def test_open_gripper_far_away_earns_only_the_reach_term(env):
+    env.reset(seed=1)
+    _, r, term, trunc, info = env.step(np.array([0, 0, 1, 0, -1], np.float32))
+    assert not term and not trunc and 0.0 < r <= 0.1 and info["grasped"][0] == 0.0
+
+
+def test_check_env():
+    e = Grasp(max_steps=5)
+    check_env(e, skip_render_check=True)
+    e.close()
+
+
+def test_render_is_a_tinyrenderer_image():
+    e = Grasp(render_mode="rgb_array", render_size=(64, 48))
+    try:
+        e.reset(seed=0)
+        img = e.render()
+        assert img.shape == (48, 64, 3) and img.dtype == np.uint8 and img.std() > 5
+    finally:
+        e.close()
+
+
+def test_follow_phase_rewards_each_phase_for_its_own_thing():
+    from hdppo.envs.rewards import resolve_reward
+
+    fn = resolve_reward("grasp_follow_phase")
+    far = {"dist": np.array([0.3]), "pregrasp_dist": np.array([0.25]), "grasped": np.array([0.0]),
+           "lift_progress": np.array([0.0]), "gripper_closed": 0.0}
+    above = dict(far, pregrasp_dist=np.array([0.0]), dist=np.array([0.08]))
+    held = dict(above, grasped=np.array([1.0]), gripper_closed=1.0, dist=np.array([0.0]), lift_progress=np.array([1.0]))
+    reach, grasp, lift = np.eye(3)
+    assert fn(command=reach, info=above) > fn(command=reach, info=far) + 0.5
+    assert fn(command=grasp, info=held) > fn(command=grasp, info=above) + 1.0
+    assert fn(command=lift, info=far) == 0.0 and fn(command=lift, info=held) == pytest.approx(3.0)
+    # With a target object: the command's second one-hot picks the object.
+    two = {k: (np.concatenate([v, [0.0]]) if isinstance(v, np.ndarray) else v) for k, v in held.items()}
+    assert fn(command=np.r_[lift, 0.0, 1.0], info=two) == 0.0
+
+
+@pytest.mark.parametrize("name", ["grasp_hierarchy.yaml", "grasp_flat.yaml"])
+def test_configs_load(name):
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / name)
+    assert cfg.env.entry_point == "hdppo.envs.builtin.grasp:make"
+    assert cfg.layers[-1].name == "effector"
+    if name == "grasp_hierarchy.yaml":
+        assert cfg.layers[0].action.n == 3 and cfg.layers[-1].reward.intrinsic_fn == "grasp_follow_phase"

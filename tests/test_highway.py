@@ -1,0 +1,78 @@
+"""Driving with highway-env: highway-fast-v0 by config alone through hdppo's loader, the
+roundabout adapter (outcome in info, the tactic-following reward), errors and configs. Fast:
+a few env steps each."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("highway_env")
+
+from hdppo.envs.errors import EnvError  # noqa: E402
+from hdppo.envs.loading import make_gym_env  # noqa: E402
+from hdppo.platform.config import load_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_highway_config_makes_and_steps_the_env_through_the_loader():
+    cfg = load_config(ROOT / "configs" / "highway.yaml")
+    assert cfg.env.id == "highway_env:highway-fast-v0" and cfg.layers[0].dppo.num_workers == 2
+    env = make_gym_env(cfg.env.id, cfg.env.entry_point, cfg.env.kwargs, cfg.env.max_episode_steps)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.shape == (5, 5) and env.action_space.n == 5
+        for _ in range(3):
+            obs, r, term, trunc, info = env.step(1)  # IDLE
+            assert env.observation_space.contains(obs) and 0.0 <= r <= 1.0 and "crashed" in info
+    finally:
+        env.close()
+
+
+def test_a_misspelt_highway_id_names_the_right_one():
+    with pytest.raises(EnvError, match="highway-fast-v0"):
+        make_gym_env("highway_env:highway-fastt-v0")
+
+
+def test_roundabout_config_and_adapter_report_the_outcome():
+    cfg = load_config(ROOT / "configs" / "highway_roundabout_hierarchy.yaml")
+    assert [layer.name for layer in cfg.layers] == ["tactic", "drive"]
+    assert cfg.layers[0].action.n == 4 and cfg.layers[1].reward.intrinsic_fn == "driving_follow_tactic"
+    env = make_gym_env(None, cfg.env.entry_point, cfg.env.kwargs)
+    try:
+        _, info = env.reset(seed=0)
+        assert env.metadata["name"].startswith("driving_")
+        for key in ("lane", "on_ring", "exited", "crash", "is_success", "timeout"):
+            assert key in info
+        done = False
+        for _ in range(12):  # IDLE at 8 m/s: the ego enters the ring and leaves by its exit in 11 s
+            _, _, term, trunc, info = env.step(1)
+            if term or trunc:
+                done = True
+                break
+        assert done
+        assert info["is_success"] + info["crash"] + info["timeout"] == 1.0
+    finally:
+        env.close()
+
+
+def test_unknown_roundabout_id_lists_the_ids():
+    from hdppo.envs.builtin.driving import make
+
+    with pytest.raises(EnvError, match="roundabout-v1"):
+        make(env_id="roundabot-v1")
+
+
+def test_follow_tactic_rewards_lane_and_speed():
+    from hdppo.envs.rewards import resolve_reward
+
+    fn = resolve_reward("driving_follow_tactic")
+    inner_slow, inner_fast, outer_slow, _ = np.eye(4)
+    on_inner_slow = {"on_ring": 1.0, "lane": 0, "speed": 8.0, "crash": 0.0}
+    assert fn(command=inner_slow, info=on_inner_slow) == pytest.approx(1.0)
+    assert fn(command=outer_slow, info=on_inner_slow) == pytest.approx(0.5)   # wrong lane
+    assert fn(command=inner_fast, info=on_inner_slow) == pytest.approx(0.75)  # 8 m/s short
+    assert fn(command=inner_slow, info=dict(on_inner_slow, crash=1.0)) == pytest.approx(0.0)
+    assert fn(command=outer_slow, info=dict(on_inner_slow, on_ring=0.0)) == pytest.approx(1.0)  # off the ring
