@@ -117,9 +117,12 @@ class _FrameGrabber:
     def __getattr__(self, key: str) -> Any:
         return getattr(self._inner, key)
 
+    def _render(self) -> Any:
+        return self._inner.render()
+
     def _frame(self, reset: bool) -> None:
         try:
-            frame = self._inner.render()
+            frame = self._render()
         except Exception as exc:  # noqa: BLE001 - any failure to render is reported with its fix
             raise _render_failed(self._name, exc) from None
         self._grab(_as_frame(frame, self._name), reset)
@@ -150,29 +153,14 @@ def _render_config(cfg: Any) -> Any:
     return cfg.model_copy(update={"env": env.model_copy(update=update)})
 
 
-class _VectorFrames:
+class _VectorFrames(_FrameGrabber):
     """Stands in for a one-copy natively vectorised env (``env.type: vector``) that can draw its
-    copies (``render_copy(i) -> [H, W, 3]``): everything passes through, and ``reset``/``step``
-    also hand on a frame of copy 0. Such an env resets a copy inside the step that ends its
-    episode, so an episode's last frame is the next one's first (the final position is not shown)."""
+    copies (``render_copy(i) -> [H, W, 3]``): as :class:`_FrameGrabber`, with frames of copy 0.
+    Such an env resets a copy inside the step that ends its episode, so an episode's last frame
+    is the next one's first (the final position is not shown)."""
 
-    def __init__(self, inner: Any, name: str, grab: Callable[[np.ndarray, bool], None]):
-        self._inner, self._name, self._grab = inner, name, grab
-
-    def __getattr__(self, key: str) -> Any:
-        return getattr(self._inner, key)
-
-    def _frame(self, reset: bool) -> None:
-        try:
-            frame = self._inner.render_copy(0)
-        except Exception as exc:  # noqa: BLE001 - any failure to render is reported with its fix
-            raise _render_failed(self._name, exc) from None
-        self._grab(_as_frame(frame, self._name), reset)
-
-    def reset(self, *args: Any, **kwargs: Any) -> Any:
-        out = self._inner.reset(*args, **kwargs)
-        self._frame(True)
-        return out
+    def _render(self) -> Any:
+        return self._inner.render_copy(0)
 
     def step(self, actions: np.ndarray) -> Any:
         out = self._inner.step(actions)
