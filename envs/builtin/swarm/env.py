@@ -19,6 +19,10 @@ from .render import frame
 from .scenarios import SCENARIOS, Scenario, get_scenario
 
 
+# Keys of the last step's infos that describe the whole episode (every drone's info has them).
+EPISODE_METRICS = ("reach_rate", "collision_rate")
+
+
 def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None, k_neighbors: int, k_obstacles: int,
                reward_progress: float, reward_reach: float, reward_collision: float, reward_time: float,
                rng: np.random.Generator) -> Swarm:
@@ -68,7 +72,9 @@ def _spaces(s: Swarm) -> tuple[spaces.Box, spaces.Box, spaces.Box]:
 class SwarmEnv(ParallelEnv):
     """See :mod:`hdppo.envs.builtin.swarm` for the table of agents, spaces, rewards and arguments."""
 
-    metadata = {"name": "swarm_v0", "render_modes": ["rgb_array"], "render_fps": 10}
+    # episode_metrics: charted per episode as episode/<key> (hdppo.envs.vector.episode_info_values).
+    metadata = {"name": "swarm_v0", "render_modes": ["rgb_array"], "render_fps": 10,
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, scenario: str | Scenario = "8_medium", max_steps: int | None = None, k_neighbors: int = 4,
                  k_obstacles: int = 4, reward_progress: float = 1.0, reward_reach: float = 10.0,
@@ -193,7 +199,11 @@ class _StepInfos(Sequence):
 
 
 class SwarmVector(VectorMultiAgentEnv):
-    """``num_envs`` swarm fields stepped together; arguments as :class:`SwarmEnv` (no rendering)."""
+    """``num_envs`` swarm fields stepped together; arguments as :class:`SwarmEnv` (frames by
+    :meth:`render_copy`, no render_mode)."""
+
+    metadata = SwarmEnv.metadata
+    episode_metrics = EPISODE_METRICS
 
     def __init__(self, num_envs: int, seed: int | None = None, scenario: str | Scenario = "8_medium",
                  max_steps: int | None = None, k_neighbors: int = 4, k_obstacles: int = 4,
@@ -209,6 +219,10 @@ class SwarmVector(VectorMultiAgentEnv):
         self._obs_space, self._act_space, _ = _spaces(s)
         self._ep_return = np.zeros(num_envs)
         self._ep_len = np.zeros(num_envs, np.int64)
+
+    def render_copy(self, i: int) -> np.ndarray:
+        """Copy ``i`` as :mod:`.render` draws it (for ``hdppo eval --video``)."""
+        return frame(self.swarm, i)
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_space

@@ -1,9 +1,9 @@
 """RGB frames of a swarm, drawn with numpy: ``[H, W, 3]`` uint8, two views one above the other.
 
 Top: the field seen from above (x right, y up); bottom: from the side (x right, z up).
-Obstacles are grey (cylinders darker), moving ones orange; goal regions are green rings; drones
-are discs in their group's colour, red while in contact, with a white dot once they collided.
-Drones that reached their goal are not drawn. ``SCALE`` pixels per metre; the built-in world
+Obstacles are grey (cylinders darker), moving ones orange; each flying drone's goal pad is a ring
+and the drone a disc, both in its group's colour; a drone is red while in contact and carries a
+white dot once it collided. Drones that reached their goal (and their pads) are not drawn. ``SCALE`` pixels per metre; the built-in world
 gives even frame sizes (as H.264 wants).
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ _BACKGROUND = (232, 236, 240)
 _STATIC = (130, 130, 130)
 _CYLINDER = (90, 90, 90)
 _MOVING = (230, 140, 40)
-_GOAL = (60, 170, 80)
 _CONTACT = (220, 30, 30)
 _GROUPS = ((40, 90, 200), (140, 60, 180), (20, 150, 160), (200, 160, 20))
 
@@ -57,9 +56,9 @@ def frame(swarm: Swarm, copy: int = 0, scale: int = SCALE) -> np.ndarray:
     r_d = max(s.ph.drone_radius * scale * 1.4, 3.0)
     for axis, top, height in views:
         flip = lambda v: top + height - v * scale  # noqa: E731,B023 - world axes grow upward, rows downward
-        for g in range(s.G):
-            c = s.region[copy, g]
-            _disc(img, c[0] * scale, flip(c[axis]), s.sc.goal_radius * scale, _GOAL, ring=2.0)
+        for i in np.flatnonzero(s.active[copy]):   # each flying drone's pad, in its group's colour
+            c = s.goal[copy, i]
+            _disc(img, c[0] * scale, flip(c[axis]), s.sc.goal_radius * scale, _GROUPS[int(s.group[i]) % 4], ring=2.0)
         for m in range(s.M):
             c, rad = s.oc[copy, m], s.orad[copy, m] * scale
             colour = _MOVING if s.moving[m] else (_CYLINDER if s.is_cyl[m] else _STATIC)

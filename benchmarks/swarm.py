@@ -1,0 +1,311 @@
+"""swarm results: the share of drones that reach their goal and the collision rate of the
+two-layer hierarchy beside flat PPO at the same env steps, and of classical pilots.
+
+What it does, in one run:
+
+1. **scripted pilots** (no learning, :mod:`hdppo.envs.builtin.swarm.scripted`): ``straight``
+   (full speed at the goal, no avoidance) and ``potential_field`` (attraction to the goal,
+   repulsion from obstacles and drones, reading the simulator's exact geometry), ``--episodes``
+   episodes on each of ``--scenarios``;
+2. **training**: ``configs/swarm_hierarchy.yaml`` (group -> drone, two DPPO groups) and
+   ``configs/swarm_flat.yaml`` (flat PPO, shared weights, central critic) with the same total
+   env steps (``--env-steps``; the hierarchy's groups share them), or taken from existing run
+   dirs (``--run NAME=DIR``, optionally ``NAME=DIR@CHECKPOINT`` for an earlier checkpoint);
+3. **evaluation**: each trained policy flies ``--episodes`` episodes (deterministic actions,
+   the training sampler, seeds away from training) with 8 drones (8_medium, where it trained)
+   and the same weights with 16 drones (16_medium: observations and state have one size; the
+   hierarchy's groups are re-listed from the env). A drone counts as *reached* or *collided*
+   from the env's end-of-episode infos (``reach_rate``, ``collision_rate``: shares of the
+   field's drones), through :func:`hdppo.platform.evaluation.evaluate_episodes`; shares over
+   all drones flown, with 95% Wilson intervals (drones of one episode are not independent: the
+   intervals are a guide, not a test).
+
+Targets (issue 11): >= 95% of drones reach their goal with a collision rate < 2%, over 100
+evaluation episodes with 8 drones.
+
+Usage:
+    python benchmarks/swarm.py                                    # train both, evaluate (about 1 h on 2 loaded cores)
+    python benchmarks/swarm.py --quick                            # smoke: tiny budgets, a few episodes
+    python benchmarks/swarm.py --run flat=/tmp/swarm/flat --run hierarchy=/tmp/swarm/hier
+
+Writes benchmarks/results/swarm.{json,md} (``--quick``: swarm_quick.*; ``--out`` to choose another stem).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from machine import machine_info  # noqa: E402
+
+TARGET_REACH = 0.95
+TARGET_COLLISION = 0.02
+TRAIN_SCENARIO = "8_medium"
+TRANSFER_SCENARIO = "16_medium"
+CONFIGS = {  # name -> (preset, what it is)
+    "hierarchy": ("swarm_hierarchy.yaml", "group (lane, formation) -> drone, two DPPO groups"),
+    "flat": ("swarm_flat.yaml", "flat PPO, one layer, shared weights, central critic"),
+}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion ``k / n``."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def shares(episodes: int, drones: int, reached: int, collided: int, steps: float) -> dict:
+    return {"episodes": episodes, "drones": drones, "reached": reached, "collided": collided,
+            "reach_share": reached / drones if drones else 0.0, "reach_ci95": list(wilson(reached, drones)),
+            "collision_rate": collided / drones if drones else 0.0, "collision_ci95": list(wilson(collided, drones)),
+            "mean_steps": steps,
+            "met": bool(drones and reached / drones >= TARGET_REACH and collided / drones < TARGET_COLLISION)}
+
+
+def scripted_rows(episodes: int, scenarios: list[str]) -> list[dict]:
+    from hdppo.envs.builtin.swarm.scripted import PILOTS, fly
+
+    rows = []
+    for pilot in PILOTS:
+        for scenario in scenarios:
+            t0 = time.perf_counter()
+            r = fly(pilot, scenario, episodes, seed=12345)
+            rows.append({"pilot": pilot, "scenario": scenario, "wall_s": time.perf_counter() - t0}
+                        | shares(r["episodes"], r["drones"], r["reached"], r["collided"], r["mean_steps"]))
+    return rows
+
+
+def shrink(cfg: dict) -> dict:
+    for layer in cfg["layers"]:
+        big = layer["dppo"]["train_batch_size"]
+        layer["dppo"].update(num_workers=1, num_envs_per_worker=4, train_batch_size=max(32, big // 64))
+        layer["ppo"].update(minibatch_size=max(16, layer["ppo"]["minibatch_size"] // 64), num_epochs=1)
+        layer["policy"]["hidden"] = [32, 32]
+    for group in cfg.get("groups") or []:
+        if isinstance(group, dict) and group.get("dppo"):
+            group["dppo"].update(num_workers=1, num_envs_per_worker=4)
+    return cfg
+
+
+def train(name: str, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
+    from hdppo.platform.config import load_config, validate
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config(ROOT / "configs" / CONFIGS[name][0],
+                      [f"train.total_env_steps={env_steps}", "train.eval_episodes=0", *overrides])
+    data = cfg.model_dump(mode="json")
+    if quick:
+        data = shrink(data)
+    trainer = Trainer(validate(data), run_dir)
+    try:
+        return trainer.train()
+    finally:
+        trainer.shutdown()
+
+
+def scenario_config(cfg, scenario: str):
+    """The run's config on another scenario: env kwargs, and the group layer's groups re-listed
+    from the env (its lanes carry no agent id, so more groups fly with the same weights)."""
+    from hdppo.envs.builtin.swarm import parallel_env
+    from hdppo.platform.config import validate
+
+    data = cfg.model_dump(mode="json")
+    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario)
+    groups = parallel_env(scenario=scenario).groups
+    for layer in data["layers"]:
+        if isinstance(layer.get("agents"), dict):
+            if layer["observation"].get("agent_id"):
+                raise ValueError(f"layer {layer['name']}: reads an agent id, so its weights fit only its own groups")
+            layer["agents"] = {"squads": groups}
+    return validate(data)
+
+
+def flights_of(episodes, n_drones: int) -> dict:
+    """Drones reached / collided from each episode's end-of-episode infos (the env's own)."""
+    reached = collided = 0
+    steps = []
+    for ep in episodes:
+        end = next((i for i in ep.infos.values() if "reach_rate" in i), None)
+        if end is None:
+            raise RuntimeError("an evaluation episode ended without the env's reach_rate in its infos")
+        reached += round(end["reach_rate"] * n_drones)
+        collided += round(end["collision_rate"] * n_drones)
+        steps.append(end["episode_steps"])
+    return shares(len(episodes), len(episodes) * n_drones, reached, collided, float(np.mean(steps)))
+
+
+def evaluate_checkpoint(cfg, checkpoint: Path, episodes: int, scenario: str) -> dict:
+    from hdppo.envs.builtin.swarm import SCENARIOS
+    from hdppo.platform.checkpoint import learner_states, load_checkpoint
+    from hdppo.platform.evaluation import evaluate_episodes
+
+    states = learner_states(load_checkpoint(checkpoint))
+    t0 = time.perf_counter()
+    eps = evaluate_episodes(scenario_config(cfg, scenario), states, episodes, num_envs=20)
+    return flights_of(eps, SCENARIOS[scenario].n_drones) | {"scenario": scenario, "checkpoint": checkpoint.name,
+                                                             "wall_s": time.perf_counter() - t0}
+
+
+def checkpoint_steps(checkpoint: Path) -> int:
+    from hdppo.platform.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def training_curves(run_dir: Path, layer: str) -> dict[str, list[tuple[int, float]]]:
+    """The bottom layer's return and episode reach/collision rates over env steps, as logged."""
+    tags = {"return": "charts/episodic_return", "reach_rate": "episode/reach_rate",
+            "collision_rate": "episode/collision_rate"}
+    recs = records(run_dir)
+    return {k: sorted((r["step"], r["value"]) for r in recs if r["tag"] == t and r["layer"] == layer)
+            for k, t in tags.items()}
+
+
+def pct(rate: float, ci: list[float] | None = None) -> str:
+    return f"{100 * rate:.1f}%" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
+
+
+def render_markdown(report: dict) -> str:
+    m, s = report["machine"], report["settings"]
+    lines = ["# swarm: drones reaching their goal, and collisions", "",
+             f"Machine: {m.get('cpu_model')}, {m.get('cpus')} CPUs (shared with other sessions), "
+             f"{m.get('date', '')}. Command: `{report['command']}`.", "",
+             f"Targets: >= {TARGET_REACH:.0%} of drones reach their goal and a collision rate < {TARGET_COLLISION:.0%} "
+             f"(share of drones that collided at least once), over {s['episodes']} evaluation episodes with 8 drones.", ""]
+    rows = []
+    for name, t in report.get("trained", {}).items():
+        for e in t.get("evaluations", []):
+            rows.append((f"{name} ({CONFIGS[name][1]}), {t.get('env_steps', 0):,} env steps", e))
+    for r in report.get("scripted", []):
+        rows.append((f"scripted {r['pilot']}", r))
+    if rows:
+        lines += ["| policy | scenario | episodes | drones | reached | collision rate | mean steps | target met |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for label, e in rows:
+            lines.append(f"| {label} | {e['scenario']} | {e['episodes']} | {e['drones']} | "
+                         f"{pct(e['reach_share'], e['reach_ci95'])} | {pct(e['collision_rate'], e['collision_ci95'])} | "
+                         f"{e['mean_steps']:.0f} | {'yes' if e['met'] else 'no'} |")
+    for name, t in report.get("trained", {}).items():
+        if "error" in t:
+            lines.append(f"\n{name}: failed: `{t['error']}`")
+        th = t.get("throughput")
+        if th:
+            lines.append(f"\n{name}: trained {t.get('env_steps', 0):,} env steps in {th['wall_s'] / 60:.1f} min "
+                         f"({th['env_steps_per_s']:.0f} env steps/s).")
+    if report.get("notes"):
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def throughput(run_dir: Path) -> dict | None:
+    per = [r for r in records(run_dir) if r["tag"] == "perf/env_steps_per_s"]
+    if len(per) < 2:
+        return None
+    first = min(per, key=lambda r: r["time"])
+    t0 = first["time"] - first["step"] / max(first["value"], 1e-9)
+    t1 = max(r["time"] for r in per)
+    steps = sum(max(r["step"] for r in per if r["layer"] == layer) for layer in {r["layer"] for r in per})
+    return {"env_steps": steps, "wall_s": t1 - t0, "env_steps_per_s": steps / max(t1 - t0, 1e-9)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, a few episodes")
+    p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per row (default 100; --quick 4)")
+    p.add_argument("--env-steps", type=int, default=None, help="training env steps per config, all groups together "
+                   "(default 200,000; --quick 1,000)")
+    p.add_argument("--only", default=None, help="comma list of: scripted, hierarchy, flat")
+    p.add_argument("--run", action="append", default=[], metavar="NAME=DIR[@CHECKPOINT]",
+                   help="evaluate this run dir (its last checkpoint, or the one named) instead of training NAME")
+    p.add_argument("--set", action="append", default=[], dest="overrides", help="config override for training")
+    p.add_argument("--scenarios", default=f"{TRAIN_SCENARIO},{TRANSFER_SCENARIO}")
+    p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_swarm"))
+    p.add_argument("--out", default=None, help="output stem (default benchmarks/results/swarm[_quick])")
+    p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
+    args = p.parse_args(argv)
+    episodes = args.episodes or (4 if args.quick else 100)
+    env_steps = args.env_steps or (1_000 if args.quick else 200_000)
+    parts = args.only.split(",") if args.only else ["scripted", *CONFIGS]
+    unknown = set(parts) - {"scripted", *CONFIGS}
+    if unknown:
+        p.error(f"--only: unknown {sorted(unknown)}; choose from scripted, {', '.join(CONFIGS)}")
+    given = dict(r.split("=", 1) for r in args.run)
+    out = Path(args.out) if args.out else HERE / "results" / ("swarm_quick" if args.quick else "swarm")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    overrides = (["ray.backend=local", "train.checkpoint_every=1"] if args.quick else []) + args.overrides
+    report: dict[str, Any] = {"machine": machine_info(),
+                              "command": "python benchmarks/swarm.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                              "settings": {"quick": args.quick, "episodes": episodes, "env_steps": env_steps,
+                                           "overrides": overrides},
+                              "notes": args.note, "trained": {}}
+
+    def save() -> None:
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+        out.with_suffix(".md").write_text(render_markdown(report))
+
+    scenarios = args.scenarios.split(",")
+    if "scripted" in parts:
+        report["scripted"] = scripted_rows(episodes, scenarios)
+        save()
+        print(f"[swarm] scripted pilots: {len(report['scripted'])} rows", flush=True)
+    from hdppo.platform.checkpoint import latest_checkpoint
+    from hdppo.platform.config import load_config
+
+    for name in [n for n in CONFIGS if n in parts]:
+        entry: dict[str, Any] = {"preset": CONFIGS[name][0]}
+        report["trained"][name] = entry
+        try:
+            checkpoint = None
+            if name in given:
+                where, _, ck = given[name].partition("@")
+                run_dir = Path(where)
+                checkpoint = run_dir / "checkpoints" / ck if ck else None
+            else:
+                run_dir = Path(args.runs_dir) / name
+                t0 = time.perf_counter()
+                entry["summary"] = train(name, env_steps, run_dir, overrides, args.quick)
+                entry["train_wall_s"] = time.perf_counter() - t0
+            entry["run_dir"] = str(run_dir)
+            cfg = load_config(run_dir / "config.yaml")
+            checkpoint = checkpoint or latest_checkpoint(run_dir)
+            if checkpoint is None or not checkpoint.exists():
+                raise RuntimeError(f"{run_dir}: no checkpoint {checkpoint or ''}")
+            entry["env_steps"] = checkpoint_steps(checkpoint)
+            entry["throughput"] = throughput(run_dir)
+            entry["curves"] = training_curves(run_dir, cfg.layers[-1].name)
+            entry["evaluations"] = [evaluate_checkpoint(cfg, checkpoint, episodes, sc) for sc in scenarios]
+            e = entry["evaluations"][0]
+            print(f"[swarm] {name}: reached {e['reach_share']:.1%}, collisions {e['collision_rate']:.1%} "
+                  f"over {e['episodes']} episodes on {e['scenario']}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - one failed config is reported, the other still runs
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"[swarm] {name} failed: {entry['error']}", flush=True)
+        save()
+    save()
+    print(render_markdown(report))
+    print(f"[swarm] wrote {out}.json and {out}.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
