@@ -10,7 +10,7 @@
 
 | policy | what each unit does |
 |---|---|
-| ``attack_nearest`` | attacks the nearest enemy in its attack range (lowest hit points among the nearest); otherwise moves one step of its move range towards the nearest enemy (the nearest in view, else the nearest on the map), onto a free cell |
+| ``attack_nearest`` | attacks the nearest enemy in its attack range (lowest hit points among the nearest); otherwise moves to the free cell of its move range nearest the nearest enemy (the nearest in view, else the nearest on the map), around a unit in the way |
 
 ``standing`` is the matching ``env.opponents.alive``: MAgent2 ends a game as soon as one group
 (combined arms: one unit type of one side) is wiped out, or at ``max_cycles``, and then marks
@@ -104,13 +104,14 @@ def unit_action(view: np.ndarray, n: int, enemy: list[int], per_group: int, grou
         occupied |= view[:, :, 1 + per_group * g] > 0
     occupied[cy, cx] = False
     gx, gy = goal
-    best, best_key = move.index((0, 0)), (gx * gx + gy * gy, 0)
+    # The free cell nearest the goal, even one no nearer than here (around a friend in the way).
+    best, best_key = move.index((0, 0)), None
     for k, (dx, dy) in enumerate(move):
         y, x = cy + dy, cx + dx
         if (dx, dy) == (0, 0) or not (0 <= y < view.shape[0] and 0 <= x < view.shape[1]) or occupied[y, x]:
             continue
         key = ((gx - dx) ** 2 + (gy - dy) ** 2, dx * dx + dy * dy)
-        if key < best_key:
+        if best_key is None or key < best_key:
             best, best_key = k, key
     return best
 
