@@ -50,9 +50,11 @@ _RENDER_FIX = ("Record an env that renders frames: a Gymnasium or PettingZoo env
 def headless() -> None:
     """MuJoCo's offscreen backend unless the user chose one (read when a renderer is made); SDL without display or sound."""
     os.environ.setdefault("MUJOCO_GL", "egl")
-    # pygame-drawn envs (Gymnasium's classic control, PettingZoo's butterfly): no display, no sound
-    # device to look for (SDL would print XDG_RUNTIME_DIR and ALSA errors).
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    # pygame-drawn envs (Gymnasium's classic control, PettingZoo's butterfly, highway-env): no display,
+    # no sound device to look for (SDL would print XDG_RUNTIME_DIR and ALSA errors). SDL's "offscreen"
+    # video driver rather than "dummy": highway-env draws nothing at all under "dummy" (its EnvViewer
+    # turns itself off), and every frame would be black.
+    os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 

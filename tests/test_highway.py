@@ -76,3 +76,20 @@ def test_follow_tactic_rewards_lane_and_speed():
     assert fn(command=inner_fast, info=on_inner_slow) == pytest.approx(0.75)  # 8 m/s short
     assert fn(command=inner_slow, info=dict(on_inner_slow, crash=1.0)) == pytest.approx(0.0)
     assert fn(command=outer_slow, info=dict(on_inner_slow, on_ring=0.0)) == pytest.approx(1.0)  # off the ring
+
+
+def test_highway_frames_are_drawn_under_hdppos_headless_settings():
+    """hdppo eval --video sets SDL up without a display; highway-env must still draw (under SDL's
+    "dummy" driver its viewer turns itself off and every frame is black)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from hdppo.platform.video import headless; headless()\n"
+            "import gymnasium as gym\n"
+            "env = gym.make('highway_env:highway-fast-v0', render_mode='rgb_array'); env.reset(seed=0)\n"
+            "img = env.render(); print(img.shape, float(img.std()))\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SDL_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, timeout=120, check=True)
+    shape, std = out.stdout.strip().rsplit(" ", 1)
+    assert shape == "(150, 600, 3)" and float(std) > 10.0, out.stdout

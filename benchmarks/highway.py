@@ -1,0 +1,209 @@
+"""Driving with highway-env: highway-fast-v0 flat PPO, the roundabout hierarchy, and how the env's
+throughput grows with processes.
+
+- **highway**: trains ``configs/highway.yaml`` (highway-fast-v0 by config alone, 2 rollout
+  workers) for ``--env-steps`` and runs the last checkpoint for ``--episodes`` deterministic
+  episodes: mean return, crash rate (``info["crashed"]`` at the last step), episode length.
+  Target (the maintainer's reference, issue 13): mean return >= 25 with <= 10% crashes within
+  1e5 env steps.
+- **roundabout**: trains ``configs/highway_roundabout_hierarchy.yaml`` (tactic layer over the
+  meta-actions) and reports success (exited without a crash), crash and timeout rates
+  (:mod:`hdppo.envs.builtin.driving` writes them into info).
+- **throughput**: random-action env steps/s of highway-fast-v0 with 1 and 2 processes
+  (``raw_env_limit.run_per_core``; this VM has 2 cores, shared with other runs), and the
+  training run's own env steps/s (hdppo with 2 workers).
+
+Usage::
+
+    python benchmarks/highway.py                                  # everything, 1e5 env steps for highway
+    python benchmarks/highway.py --run highway=runs/h --run roundabout=runs/r   # evaluate given runs
+    python benchmarks/highway.py --only throughput --seconds 30
+
+Results: ``benchmarks/results/highway.{json,md}`` with the machine they ran on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from machine import machine_info  # noqa: E402
+
+CONFIGS = {"highway": "highway.yaml", "roundabout": "highway_roundabout_hierarchy.yaml"}
+ENV_ID = "highway_env:highway-fast-v0"
+TARGET_RETURN, TARGET_CRASH = 25.0, 0.10
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    if n == 0:
+        return [0.0, 1.0]
+    p, d = k / n, 1 + z * z / n
+    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return [max(0.0, c - h), min(1.0, c + h)]
+
+
+def rate(vals: list[float]) -> dict:
+    k, n = int(round(sum(vals))), len(vals)
+    return {"rate": k / n if n else 0.0, "k": k, "ci95": wilson(k, n)}
+
+
+def train(name: str, env_steps: int, run_dir: Path, overrides: list[str]) -> None:
+    from hdppo.platform.config import load_config
+    from hdppo.platform.ray_runtime import shutdown_ray
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config(ROOT / "configs" / CONFIGS[name], [f"train.total_env_steps={env_steps}", "train.eval_episodes=0", *overrides])
+    trainer = Trainer(cfg, run_dir)
+    try:
+        trainer.train()
+    finally:
+        trainer.shutdown()
+        if cfg.ray.backend == "ray":
+            shutdown_ray()
+
+
+def training_rate(run_dir: Path) -> float | None:
+    """The run's mean ``perf/env_steps_per_s`` over its updates (bottom layer)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    vals = [r["value"] for r in recs if r["tag"] == "perf/env_steps_per_s"]
+    return round(float(np.mean(vals)), 1) if vals else None
+
+
+def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int) -> dict:
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.platform.config import load_config
+    from hdppo.platform.evaluation import evaluate_episodes
+
+    cfg = load_config(run_dir / "config.yaml")
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        raise RuntimeError(f"{run_dir}: no checkpoint")
+    state = load_checkpoint(last)
+    steps = int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+    t0 = time.perf_counter()
+    eps = evaluate_episodes(cfg, learner_states(state), episodes, seed=seed, num_envs=4)
+    infos = [next(iter(e.infos.values())) for e in eps]
+    rets = [e.ret for e in eps]
+    out: dict[str, Any] = {"run_dir": str(run_dir), "checkpoint": last.name, "env_steps": steps, "episodes": len(eps),
+                           "return_mean": float(np.mean(rets)), "return_std": float(np.std(rets)),
+                           "length_mean": float(np.mean([e.length for e in eps])), "eval_wall_s": time.perf_counter() - t0,
+                           "train_env_steps_per_s": training_rate(run_dir)}
+    if name == "highway":
+        out["crash"] = rate([float(bool(i.get("crashed", False))) for i in infos])
+    else:
+        for key in ("is_success", "crash", "timeout"):
+            out[key] = rate([float(i.get(key, 0.0)) for i in infos])
+    return out
+
+
+def throughput(seconds: float) -> list[dict]:
+    from raw_env_limit import raw_env_steps_per_s
+
+    rows = []
+    for procs in (1, 2):
+        rows.append(raw_env_steps_per_s(ENV_ID, seconds=seconds, procs=procs))
+    base = rows[0]["steps_per_s"]
+    for r in rows:
+        r["speedup"] = round(r["steps_per_s"] / base, 2) if base else None
+    return rows
+
+
+def pct(r: dict) -> str:
+    return f"{100 * r['rate']:.0f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}]"
+
+
+def render_markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = ["# Driving with highway-env (benchmarks/highway.py)", "", f"Command: `{report['command']}`", "",
+             f"Machine: {m.get('cpu_model')}, {m.get('cpu_count')} CPUs, load average {m.get('load_avg_1_5_15')}, "
+             f"{m.get('timestamp_utc', '')}; other sessions' runs shared it.", ""]
+    h = report["trained"].get("highway")
+    if h:
+        lines += ["## highway-fast-v0, flat PPO (`configs/highway.yaml`)", ""]
+        if "error" in h:
+            lines.append(f"error: {h['error']}")
+        else:
+            met = h["return_mean"] >= TARGET_RETURN and h["crash"]["rate"] <= TARGET_CRASH and h["env_steps"] <= 100_000
+            lines += ["| env steps trained | episodes | mean return | crashes | mean length | training env steps/s |",
+                      "|---|---|---|---|---|---|",
+                      f"| {h['env_steps']:,} | {h['episodes']} | {h['return_mean']:.1f} ± {h['return_std']:.1f} | {pct(h['crash'])} | "
+                      f"{h['length_mean']:.1f} | {h['train_env_steps_per_s']} |", "",
+                      f"Target: mean return >= {TARGET_RETURN:.0f} with <= {100 * TARGET_CRASH:.0f}% crashes within 1e5 env steps: "
+                      f"{'met' if met else '**not met**'}."]
+    r = report["trained"].get("roundabout")
+    if r:
+        lines += ["", "## roundabout-v1, tactic layer over meta-actions (`configs/highway_roundabout_hierarchy.yaml`)", ""]
+        if "error" in r:
+            lines.append(f"error: {r['error']}")
+        else:
+            lines += ["| env steps trained | episodes | success | crash | timeout | mean return |", "|---|---|---|---|---|---|",
+                      f"| {r['env_steps']:,} | {r['episodes']} | {pct(r['is_success'])} | {pct(r['crash'])} | {pct(r['timeout'])} | "
+                      f"{r['return_mean']:.2f} |"]
+    if report.get("throughput"):
+        lines += ["", "## Throughput of highway-fast-v0 (random actions, no learning)", "",
+                  "| processes | env steps/s | per process | vs 1 process |", "|---|---|---|---|"]
+        for t in report["throughput"]:
+            lines.append(f"| {t['procs']} | {t['steps_per_s']} | {t['per_proc']} | {t['speedup']}x |")
+        lines += ["", f"{m.get('cpu_count')} cores, shared with other runs: the figures are what this VM gave at the time."]
+    for note in report.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=None, help="comma list of: highway, roundabout, throughput")
+    p.add_argument("--run", action="append", default=[], metavar="NAME=DIR", help="evaluate this run dir instead of training NAME")
+    p.add_argument("--env-steps", type=int, default=100_000, help="training env steps per config")
+    p.add_argument("--episodes", type=int, default=50, help="deterministic evaluation episodes per policy")
+    p.add_argument("--seconds", type=float, default=20.0, help="throughput: seconds per process count")
+    p.add_argument("--seed", type=int, default=777)
+    p.add_argument("--set", action="append", default=[], dest="overrides")
+    p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_highway"))
+    p.add_argument("--out", default=None, help="output stem (default benchmarks/results/highway)")
+    p.add_argument("--note", action="append", default=[])
+    args = p.parse_args(argv)
+    parts = args.only.split(",") if args.only else ["highway", "roundabout", "throughput"]
+    given = dict(r.split("=", 1) for r in args.run)
+    out = Path(args.out) if args.out else HERE / "results" / "highway"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"machine": machine_info(), "command": "python benchmarks/highway.py " + " ".join(argv or sys.argv[1:]),
+                              "settings": vars(args), "notes": args.note, "trained": {}}
+
+    def save() -> None:
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+        out.with_suffix(".md").write_text(render_markdown(report))
+
+    for name in CONFIGS:
+        if name not in parts:
+            continue
+        try:
+            run_dir = Path(given[name]) if name in given else Path(args.runs_dir) / name
+            if name not in given:
+                train(name, args.env_steps, run_dir, args.overrides)
+            report["trained"][name] = evaluate_run(name, run_dir, args.episodes, args.seed)
+        except Exception as exc:  # a failed row is reported, the others still run
+            report["trained"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+        save()
+        print(f"[highway] {name}: {report['trained'][name]}", flush=True)
+    if "throughput" in parts:
+        report["throughput"] = throughput(args.seconds)
+        save()
+    print(render_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
