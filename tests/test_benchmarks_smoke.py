@@ -122,3 +122,29 @@ def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):
     report = json.loads((tmp_path / "s.json").read_text())
     assert len(report["scripted"]) == 9 and all(r["games"] == 4 for r in report["scripted"])
     assert "| 3v3 | focus_kite | random |" in (tmp_path / "s.md").read_text()
+
+
+def test_where_time_goes_charges_unowned_time_to_its_callers():
+    import where_time_goes as W
+
+    site = str(ROOT / ".venv/lib/python3.11/site-packages")
+    env_f = (f"{site}/mpe2/core.py", 1, "step")
+    samp_f = (str(ROOT / "hierarchies/engine.py"), 1, "step")
+    learn_f = (str(ROOT / "policies/ppo_update.py"), 1, "minibatch_loss")
+    np_f = (f"{site}/numpy/_core/fromnumeric.py", 1, "sum")
+    builtin = ("~", 0, "<method 'reduce' of 'numpy.ufunc' objects>")
+    backward = ("~", 0, "<method 'run_backward'>")
+    torch_f = (f"{site}/torch/autograd/__init__.py", 1, "backward")
+    assert [W.owner_of(f[0]) for f in (env_f, samp_f, learn_f, np_f, builtin)] == ["env", "sampler", "learner", None, None]
+    stats = {  # func: (cc, nc, tottime, cumtime, {caller: (cc, nc, tottime under that caller, cumtime)})
+        env_f: (1, 1, 2.0, 3.0, {}), samp_f: (1, 1, 1.0, 2.0, {}), learn_f: (1, 1, 0.5, 4.5, {}),
+        np_f: (4, 4, 0.4, 1.2, {env_f: (3, 3, 0.3, 0.9), samp_f: (1, 1, 0.1, 0.3)}),
+        builtin: (4, 4, 0.8, 0.8, {np_f: (4, 4, 0.8, 0.8)}),            # two levels below its owners
+        torch_f: (1, 1, 1.0, 4.0, {learn_f: (1, 1, 1.0, 4.0)}),
+        backward: (1, 1, 3.0, 3.0, {torch_f: (1, 1, 3.0, 3.0)}),
+    }
+    sec = W.charge(stats)
+    assert sec["env"] == pytest.approx(2.0 + 0.4 * 0.75 + 0.8 * 0.75)
+    assert sec["sampler"] == pytest.approx(1.0 + 0.4 * 0.25 + 0.8 * 0.25)
+    assert sec["learner"] == pytest.approx(0.5 + 1.0 + 3.0)
+    assert sum(sec.values()) == pytest.approx(sum(v[2] for v in stats.values()))  # nothing lost or counted twice
