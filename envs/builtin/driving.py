@@ -14,6 +14,7 @@ command-following reward needs (the ego's ring lane and speed).
 | action | the env's: ``Discrete(5)`` DiscreteMetaAction (0 LANE_LEFT, 1 IDLE, 2 LANE_RIGHT, 3 FASTER, 4 SLOWER), one per second |
 | observation | the env's: Kinematics, Box(-inf, inf, (5, 5), float32) (hdppo flattens it) |
 | reward | the env's (roundabout: speed, a lane-change cost, 0 on a crash; normalised to [0, 1] per step) |
+| episode metrics | ``is_success``, ``crash``, ``timeout`` (``metadata["episode_metrics"]``) |
 | info | highway-env's (``speed``, ``crashed``, ``rewards``) plus ``lane`` (the ego's lane index in its road segment; on the ring 0 is the inner lane, 1 the outer), ``on_ring`` (1 on the ring), ``exited`` (1 once the ego reached its exit), ``is_success`` (exited without a crash), ``crash`` (1/0), ``timeout`` (1 where the episode ran out of time without success or crash) |
 | episode | the env's: ends on a crash; truncated after ``duration`` (roundabout: 11 s) |
 | arguments | ``env_id="roundabout-v1"`` (any highway-env id), ``config=None`` (a dict of highway-env config overrides), ``render_mode=None`` (or ``"rgb_array"``) |
@@ -49,7 +50,8 @@ class DrivingOutcome(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.metadata = dict(env.metadata, name=f"driving_{env.spec.id if env.spec else 'highway'}")
+        self.metadata = dict(env.metadata, name=f"driving_{env.spec.id if env.spec else 'highway'}",
+                             episode_metrics=["is_success", "crash", "timeout"])
         self._destination: str | None = None
         self._exited = False
 

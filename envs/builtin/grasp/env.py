@@ -38,7 +38,8 @@ REACH_W, GRASP_W, LIFT_W = 0.1, 0.35, 0.65
 class Grasp(gym.Env):
     """See :mod:`hdppo.envs.builtin.grasp`."""
 
-    metadata = {"name": "grasp_v0", "render_modes": ["rgb_array"], "render_fps": 24}
+    metadata = {"name": "grasp_v0", "render_modes": ["rgb_array"], "render_fps": 24,
+                "episode_metrics": ["reached", "grasp_made", "is_success"]}
 
     def __init__(self, objects: str | Sequence[int] = "train", num_objects: int = 1, max_steps: int = 50,
                  lift_height: float = 0.08, step_size: float = 0.02, yaw_step: float = 0.15,
