@@ -14,11 +14,11 @@ the classic benchmark instances (ft, la, ta, abz, orb, swv, yn; :mod:`.instances
 |---|---|
 | agents | one (Gymnasium env) |
 | observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (n,), int8) (1: legal), as PettingZoo's classic envs |
-| action | Discrete(n): the job whose next operation is dispatched; masked to the scheme's candidates; an illegal action dispatches the lowest legal job |
+| action | Discrete(n): the job whose next operation is dispatched (the job in that slot, see ``job_order``); masked to the scheme's candidates; an illegal action dispatches the lowest legal slot |
 | reward | ``-(LB_t - LB_{t-1}) / p_max``: the rise of the makespan lower bound (L2D's reward), ``LB`` = max over jobs of ready time + remaining work and over machines of free time + remaining load; it sums to ``-(makespan - LB_0) / p_max`` (``reward="makespan"``: also ``-LB_0 / p_max`` on the first step, so it sums to ``-makespan / p_max``) |
 | info | ``lower_bound``, ``decisions``; at the end also ``makespan``, ``makespan_over_lb`` (over ``LB_0``; both charted as ``episode/<key>``) and ``gap`` (% to the optimum / best known, benchmark instances) |
 | episode | terminates when every operation is dispatched: at most ``n * m`` decisions, fewer with ``skip_single`` |
-| arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
+| arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``job_order="index"`` (slot i is job i; ``"mwkr"``: the slots list the candidates by most work remaining, then the other jobs, and action i dispatches the job in slot i; ``env.job_of(a)``), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
 | reset options | ``{"instance": name or Instance}``: this episode's instance (of the env's size) |
 | factory | ``make_env(**kwargs)`` (``env.type: gymnasium``, ``entry_point: hdppo.envs.builtin.jobshop:make_env``) |
 

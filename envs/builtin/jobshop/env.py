@@ -15,6 +15,7 @@ from .schedule import SCHEMES, Dispatcher
 __all__ = ["JobShopEnv", "make_env", "REWARDS", "obs_dim"]
 
 REWARDS = ("lower_bound", "makespan")
+JOB_ORDERS = ("index", "mwkr")
 JOB_FEATURES = 10       # + one-hot of the next operation's machine (m)
 MACHINE_FEATURES = 4
 GLOBAL_FEATURES = 2
@@ -37,13 +38,15 @@ class JobShopEnv(gym.Env):
 
     def __init__(self, size: Optional[str] = None, instance: InstanceArg = None, scheme: str = "active",
                  reward: str = "lower_bound", low: int = 1, high: int = 99, skip_single: bool = True,
-                 render_mode: Optional[str] = None):
+                 job_order: str = "index", render_mode: Optional[str] = None):
         if render_mode not in (None, "rgb_array"):
             raise EnvError(f"jobshop renders only render_mode='rgb_array', not {render_mode!r}.")
         if scheme not in SCHEMES:
             raise EnvError(f"jobshop: scheme {scheme!r} is not one of {', '.join(SCHEMES)} (env kwarg scheme).")
         if reward not in REWARDS:
             raise EnvError(f"jobshop: reward {reward!r} is not one of {', '.join(REWARDS)} (env kwarg reward).")
+        if job_order not in JOB_ORDERS:
+            raise EnvError(f"jobshop: job_order {job_order!r} is not one of {', '.join(JOB_ORDERS)} (env kwarg job_order).")
         if not (1 <= int(low) <= int(high)):
             raise EnvError(f"jobshop: durations low={low}, high={high} need 1 <= low <= high (env kwargs low, high).")
         self._fixed = self._as_instances(instance)
@@ -62,6 +65,8 @@ class JobShopEnv(gym.Env):
         self.scheme, self.reward_kind = scheme, reward
         self.low, self.high = int(low), int(high)
         self.skip_single = bool(skip_single)
+        self.job_order = job_order
+        self._perm = np.arange(n)
         self.render_mode = render_mode
         self.observation_space = spaces.Dict({
             "observation": spaces.Box(-CLIP, CLIP, (obs_dim(n, m),), np.float32),
@@ -105,11 +110,11 @@ class JobShopEnv(gym.Env):
         d = self.d
         if d is None:
             raise EnvError("jobshop: step() before reset().")
-        legal = d.legal()
+        legal = d.legal()[self._perm]
         a = int(action)
         if not (0 <= a < self.n) or not legal[a]:
-            a = int(np.flatnonzero(legal)[0])   # an illegal action dispatches the lowest legal job
-        d.schedule(a)
+            a = int(np.flatnonzero(legal)[0])   # an illegal action dispatches the lowest legal slot
+        d.schedule(int(self._perm[a]))
         self.decisions += 1
         reward = self._pending + self._gain() + self._skip()
         self._pending = 0.0
@@ -178,12 +183,23 @@ class JobShopEnv(gym.Env):
         if d.gt_machine >= 0:
             machines[d.gt_machine, 3] = 1.0
         glob = np.array([len(d.order) / (n * m), (d.lower_bound() - now) / (m * pmax)])
+        if self.job_order == "mwkr":
+            # Slot i holds the i-th candidate by most work remaining (then the rest, by the same key):
+            # jobs are exchangeable, and a fixed meaning per slot spares an MLP learning it n times.
+            self._perm = np.lexsort((idx, -rem, ~legal))
+        else:
+            self._perm = idx
+        jobs, legal = jobs[self._perm], legal[self._perm]
         flat = np.concatenate([jobs.ravel(), machines.ravel(), glob])
         return {"observation": np.clip(flat, -CLIP, CLIP).astype(np.float32), "action_mask": legal.astype(np.int8)}
 
+    def job_of(self, action: int) -> int:
+        """The job that ``action`` (a slot of the last observation) dispatches."""
+        return int(self._perm[int(action)])
+
     def action_masks(self) -> np.ndarray:
-        """The legal jobs (sb3-contrib's MaskablePPO convention)."""
-        return self.d.legal().copy()
+        """The legal actions (sb3-contrib's MaskablePPO convention), in the observation's slot order."""
+        return self.d.legal()[self._perm].copy()
 
     def render(self):
         if self.render_mode != "rgb_array" or self.d is None:
