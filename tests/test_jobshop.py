@@ -179,3 +179,20 @@ def test_presets_load_and_fit_their_size(size):
     name = {"6x6": "ft06", "10x5": "la01", "10x10": "ft10", "15x15": "ta01"}[size]
     obs, _ = env.reset(seed=0, options={"instance": name})
     assert env.instance.name == name and env.observation_space.contains(obs)
+
+
+def test_mwkr_job_order_puts_mwkr_choice_in_slot_zero():
+    inst = load_instance("la01")
+    env = JobShopEnv(instance="la01", scheme="nondelay", job_order="mwkr")
+    obs, _ = env.reset(seed=0)
+    done = False
+    while not done:
+        mask = obs["action_mask"]
+        # Candidates first: the legal slots are a prefix.
+        assert mask[0] == 1 and (np.diff(mask.astype(int)) <= 0).all()
+        obs, _, done, _, info = env.step(0)
+    assert info["makespan"] == run_rule(inst, "MWKR", "nondelay")[0]
+    assert check_schedule(inst, env.d.starts) == []
+    check_env(make_env(size="5x4", job_order="mwkr"), skip_render_check=True)
+    with pytest.raises(EnvError, match="job_order"):
+        JobShopEnv(job_order="spt")
