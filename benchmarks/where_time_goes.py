@@ -10,9 +10,9 @@ iterations after one warm-up, and charges every function's own time to an *owner
 | env | the simulator and its PettingZoo / Gymnasium wrappers (what the raw env limit also pays) |
 | env adapter | ``envs/vector.py``, ``envs/adapters.py``: per-copy env calls turned into arrays |
 | sampler | ``hierarchies/engine.py``: masks, buffers, transitions, GAE bookkeeping |
-| policy (inference) | ``policies/networks.py`` and the torch ops it calls while sampling |
+| policy (inference) | ``policies/networks.py`` and the torch ops it runs, called by the sampler |
 | normalizers, GAE | ``policies/normalizers.py``, ``policies/gae.py`` |
-| learner | ``platform/learner.py``, ``policies/ppo_update.py``, ``policies/ppo_loss.py``, with the torch forward, backward and Adam they call |
+| learner | ``platform/learner.py``, ``policies/ppo_update.py``, ``policies/ppo_loss.py``, with the networks' forward, the backward and Adam they call |
 | platform | the rest of ``platform/`` (worker, group, metrics, diagnostics) |
 | other | anything else |
 
@@ -48,10 +48,13 @@ OWNERS = ("env", "env adapter", "sampler", "policy (inference)", "normalizers, G
 ENV_PACKAGES = ("mpe2", "magent2", "pettingzoo", "gymnasium", "mujoco", "pybullet", "minatar", "highway_env")
 _HDPPO = {"envs/vector.py": "env adapter", "envs/adapters.py": "env adapter", "envs/opponents.py": "env adapter",
           "hierarchies/engine.py": "sampler", "hierarchies/intrinsic.py": "sampler",
-          "policies/networks.py": "policy (inference)", "policies/normalizers.py": "normalizers, GAE",
+          "policies/normalizers.py": "normalizers, GAE",
           "policies/gae.py": "normalizers, GAE", "platform/learner.py": "learner",
           "policies/ppo_update.py": "learner", "policies/ppo_loss.py": "learner"}
-_UNOWNED = ("numpy", "torch", "~", "<")  # numpy, torch, builtins ('~'), generated code: charged to callers
+_UNOWNED = ("numpy", "torch", "~", "<")
+# The networks run for the sampler (inference) and for the learner (forward and backward of the
+# loss): their time goes to whoever called them, the sampler's share named inference.
+NETWORKS = "policies/networks.py"  # numpy, torch, builtins ('~'), generated code: charged to callers
 REPO = HERE.parent
 
 
@@ -71,6 +74,8 @@ def owner_of(path: str) -> str | None:
         rel = Path(path).resolve().relative_to(REPO).as_posix()
     except (ValueError, OSError):
         return "other"  # the standard library and the rest
+    if rel == NETWORKS:
+        return None
     if rel in _HDPPO:
         return _HDPPO[rel]
     if rel.startswith("envs/builtin/"):
@@ -103,6 +108,8 @@ def charge(stats: dict) -> dict[str, float]:
                 for c, w in weights.items():
                     for o, f in split(c, seen | {func}).items():
                         out[o] = out.get(o, 0.0) + f * w / total
+                if func[0].replace(os.sep, "/").endswith(NETWORKS) and "sampler" in out:
+                    out["policy (inference)"] = out.get("policy (inference)", 0.0) + out.pop("sampler")
         if not seen:
             memo[func] = out
         return out

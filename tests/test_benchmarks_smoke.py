@@ -143,8 +143,11 @@ def test_where_time_goes_charges_unowned_time_to_its_callers():
         torch_f: (1, 1, 1.0, 4.0, {learn_f: (1, 1, 1.0, 4.0)}),
         backward: (1, 1, 3.0, 3.0, {torch_f: (1, 1, 3.0, 3.0)}),
     }
+    net = (str(ROOT / "policies/networks.py"), 1, "act")  # the sampler's forward is inference, the learner's is not
+    stats[net] = (2, 2, 1.0, 1.0, {samp_f: (1, 1, 0.6, 0.6), learn_f: (1, 1, 0.4, 0.4)})
     sec = W.charge(stats)
+    assert sec["policy (inference)"] == pytest.approx(0.6)
     assert sec["env"] == pytest.approx(2.0 + 0.4 * 0.75 + 0.8 * 0.75)
     assert sec["sampler"] == pytest.approx(1.0 + 0.4 * 0.25 + 0.8 * 0.25)
-    assert sec["learner"] == pytest.approx(0.5 + 1.0 + 3.0)
+    assert sec["learner"] == pytest.approx(0.5 + 1.0 + 3.0 + 0.4)
     assert sum(sec.values()) == pytest.approx(sum(v[2] for v in stats.values()))  # nothing lost or counted twice
