@@ -1,8 +1,9 @@
 """Dispatching rules and trained policies on the SMT2020 fab, on held-out random seeds.
 
 For each scenario, every rule (FIFO, SPT, EDD, critical ratio; hot lots first) runs on
-``--seeds`` held-out seeds (from ``--seed0`` = 10000 on, never used in training, whose
-evaluation seeds are the config's ``train.seed`` + 10^6). A seed draws the breakdowns, the
+``--seeds`` held-out seeds (from ``--seed0`` = 10000 on; training seeds its env copies near
+``10007 * (worker + 1) + 101 * sum(ord(layer names))`` once and draws on from there, and its
+own evaluation uses ``train.seed + 999983``). A seed draws the breakdowns, the
 PM durations, the processing and transport times (uniform around the data's means) and the
 sampling/rework draws. The **best rule** of an instance is the rule with the lowest mean
 tardiness over the seeds. A trained run (``--policy NAME=RUN_DIR``, its last checkpoint)

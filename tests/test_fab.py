@@ -121,10 +121,13 @@ def test_rules_run_and_differ():
     out = {r: fab.run_rule("hvlm_mini", r, seed=1, days=2.0) for r in fab.RULES}
     assert all(o["completed"] > 0 for o in out.values())
     assert len({round(o["mean_tardiness_h"], 6) for o in out.values()}) >= 3
+    def figures(d):   # NaN (no cycle time on a short horizon) compares unequal to itself
+        return {k: v for k, v in d.items() if v == v}
+
     same = fab.run_rule("hvlm_mini", "edd", seed=1, days=2.0)
-    assert same == out["edd"]                               # seeded: reproducible
+    assert figures(same) == figures(out["edd"])             # seeded: reproducible
     other = fab.run_rule("hvlm_mini", "edd", seed=2, days=2.0)
-    assert other != out["edd"]                              # the seed draws breakdowns and noise
+    assert figures(other) != figures(out["edd"])            # the seed draws breakdowns and noise
 
 
 def test_env_passes_the_gymnasium_checker_and_masks():

@@ -14,7 +14,7 @@ decision.
 
 | | |
 |---|---|
-| agents | one (a Gymnasium env): the dispatcher of every tool group in ``agent_groups``; hdppo names it ``agent`` |
+| agents | one (a Gymnasium env): the dispatcher of every tool group in ``agent_groups``; hdppo names it ``agent_0`` |
 | observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (A,), int8) (1: legal) |
 | action | Discrete(K): the candidate slot to start; with ``release_control`` MultiDiscrete([K, 3]): slot, and release rate level (x0.8, x1.0, x1.2 of the order rate) from now on |
 | reward | ``-reward_scale * (w_tardiness * late lot-hours + w_cycle_time * lot-hours in the fab)`` accrued since the last decision ``+ w_throughput * lots completed``; over an episode the tardiness term sums to every lot's tardiness within the horizon |
