@@ -185,7 +185,7 @@ class Grasp(gym.Env):
 
     def _info(self, q: dict[str, np.ndarray]) -> dict[str, Any]:
         return {"dist": q["dist"].copy(), "pregrasp_dist": q["pregrasp_dist"].copy(), "height": q["height"].copy(),
-                "lift_progress": np.clip(q["height"] / self.lift_height, 0.0, 1.0),
+                "lift_progress": np.clip(q["height"] / self.lift_height, -1.0, 1.0),
                 "grasped": q["grasped"].astype(np.float32), "gripper_closed": float(self._closed),
                 "reached": float(self._reached), "grasp_made": float(self._grasped),
                 "is_success": float(self._lifted), "objects": list(self._numbers)}

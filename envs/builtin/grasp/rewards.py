@@ -11,10 +11,12 @@ the target is object 0. Each reads the env's per-object ``info`` arrays (``dist`
   ``1 - tanh(10 d_pre) + 0.2 (gripper open)``;
 - **grasp**: close on the target: ``0.5 (1 - tanh(10 d)) + 1.5 grasped`` (both fingers touch it,
   gripper closed);
-- **lift**: raise it while holding it: ``grasped (1 + 2 lift_progress)`` (lift_progress: height
-  gained over the env's ``lift_height``, clipped to 1).
-
-Every term is at most about 2 per step, so no phase pays much more than another.
+- **lift**: raise it while holding it: ``grasped (0.5 + 4 max(lift_progress, -0.5))``
+  (lift_progress: height gained over the env's ``lift_height``, within [-1, 1]). The holding
+  term is small and pushing the object down costs: with ``grasped (1 + 2 lift_progress)``, lift
+  progress clipped at 0, the trained layer learned to hold the object pressed into the tray
+  (paid 1 a step for holding) and never raised it (0% lifts on the held-out objects at 103k
+  env steps, 96% grasps).
 """
 from __future__ import annotations
 
@@ -42,4 +44,4 @@ def follow_phase(command: np.ndarray, info: dict, **_) -> float:
         d = float(np.asarray(info.get("dist", [1.0]))[k])
         return 0.5 * (1.0 - float(np.tanh(10.0 * d))) + 1.5 * grasped
     progress = float(np.asarray(info.get("lift_progress", [0.0]))[k])
-    return grasped * (1.0 + 2.0 * progress)
+    return grasped * (0.5 + 4.0 * max(progress, -0.5))
