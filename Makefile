@@ -28,7 +28,7 @@ train: $(STAMP)
 	$(VENV)/bin/hdppo train $(CONFIG) --run-dir $(RUN_DIR)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not learning and not cluster"
