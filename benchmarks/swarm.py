@@ -188,14 +188,15 @@ def pct(rate: float, ci: list[float] | None = None) -> str:
 def render_markdown(report: dict) -> str:
     m, s = report["machine"], report["settings"]
     lines = ["# swarm: drones reaching their goal, and collisions", "",
-             f"Machine: {m.get('cpu_model')}, {m.get('cpus')} CPUs (shared with other sessions), "
-             f"{m.get('date', '')}. Command: `{report['command']}`.", "",
+             f"Machine: {m.get('cpu_model')}, {m.get('cpu_count')} CPUs (shared with other sessions; load average "
+             f"{m.get('load_avg_1_5_15')}), {m.get('timestamp_utc', '')}. Command: `{report['command']}`.", "",
              f"Targets: >= {TARGET_REACH:.0%} of drones reach their goal and a collision rate < {TARGET_COLLISION:.0%} "
              f"(share of drones that collided at least once), over {s['episodes']} evaluation episodes with 8 drones.", ""]
     rows = []
     for name, t in report.get("trained", {}).items():
         for e in t.get("evaluations", []):
-            rows.append((f"{name} ({CONFIGS[name][1]}), {t.get('env_steps', 0):,} env steps", e))
+            what = CONFIGS[t.get("config", name)][1]
+            rows.append((f"{name} ({what}), {t.get('env_steps', 0):,} env steps", e))
     for r in report.get("scripted", []):
         rows.append((f"scripted {r['pilot']}", r))
     if rows:
@@ -210,8 +211,9 @@ def render_markdown(report: dict) -> str:
             lines.append(f"\n{name}: failed: `{t['error']}`")
         th = t.get("throughput")
         if th:
+            per = ", ".join(f"{layer} {steps:,}" for layer, steps in th.get("layer_env_steps", {}).items())
             lines.append(f"\n{name}: trained {t.get('env_steps', 0):,} env steps in {th['wall_s'] / 60:.1f} min "
-                         f"({th['env_steps_per_s']:.0f} env steps/s).")
+                         f"({th['env_steps_per_s']:.0f} env steps/s); env steps each layer's group sampled: {per}.")
     if report.get("notes"):
         lines += ["", "Notes:", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
@@ -224,8 +226,11 @@ def throughput(run_dir: Path) -> dict | None:
     first = min(per, key=lambda r: r["time"])
     t0 = first["time"] - first["step"] / max(first["value"], 1e-9)
     t1 = max(r["time"] for r in per)
-    steps = sum(max(r["step"] for r in per if r["layer"] == layer) for layer in {r["layer"] for r in per})
-    return {"env_steps": steps, "wall_s": t1 - t0, "env_steps_per_s": steps / max(t1 - t0, 1e-9)}
+    layer_steps = {layer: int(max(r["step"] for r in per if r["layer"] == layer))
+                   for layer in dict.fromkeys(r["layer"] for r in per)}
+    steps = sum(layer_steps.values())
+    return {"env_steps": steps, "wall_s": t1 - t0, "env_steps_per_s": steps / max(t1 - t0, 1e-9),
+            "layer_env_steps": layer_steps}
 
 
 def main(argv: list[str] | None = None) -> int:
