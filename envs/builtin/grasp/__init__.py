@@ -5,8 +5,10 @@ A single-agent Gymnasium env. A Panda arm (``pybullet_data/franka_panda``) stand
 random blobs of a few centimetres, 0.1 kg) are dropped at random places and yaws within
 +-10 cm of the tray's centre and left to settle. The agent commands the end effector, pointing
 down: a Cartesian step, a yaw step and the gripper; inverse kinematics and position control
-move the arm, PyBullet simulates fingers, contacts and objects. Success is a **lift**: an object
-held by both fingers, gripper closed, ``lift_height`` above where it settled.
+move the arm, PyBullet simulates fingers, contacts and objects. An object is *grasped* when both
+fingers touch it, the gripper is commanded closed and the fingers have closed below 90% of
+their full opening (open fingertips pressed down on it do not count). Success is a **lift**: a
+grasped object ``lift_height`` above where it settled.
 
 | | |
 |---|---|

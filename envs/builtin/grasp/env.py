@@ -24,6 +24,7 @@ WORKSPACE_HIGH = np.array([0.75, 0.20, 0.35])
 HOME = np.array([0.55, 0.0, 0.25])
 PREGRASP_HEIGHT = 0.08           # "reach": the point this far above the object's centre
 FINGER_OPEN = 0.04               # per finger (an 8 cm opening in all)
+GRASP_MAX_OPENING = 0.9          # a grasp needs the fingers closed below 90% of the full opening
 FINGER_FORCE = 40.0
 ARM_FORCE = 240.0
 EE_LINK, FINGERS, ARM_JOINTS = 11, (9, 10), tuple(range(7))
@@ -179,7 +180,9 @@ class Grasp(gym.Env):
             q["pregrasp_dist"][i] = np.linalg.norm(pos + [0.0, 0.0, PREGRASP_HEIGHT] - ee)
             q["height"][i], q["left"][i], q["right"][i] = height, left, right
             parts += [pos - ee, orn, half, [height, float(left), float(right)]]
-        q["grasped"] = (q["left"] > 0) & (q["right"] > 0) & self._closed
+        # Held: both fingers touch it, the gripper is commanded closed, and the fingers did close
+        # some way (pressing open fingertips down on an object also touches it with both).
+        q["grasped"] = (q["left"] > 0) & (q["right"] > 0) & self._closed & (opening < GRASP_MAX_OPENING * 2 * FINGER_OPEN)
         q["lifted"] = q["grasped"] & (q["height"] >= self.lift_height)
         return np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in parts]).astype(np.float32), q
 
