@@ -398,7 +398,8 @@ class FabSim:
                 continue
             members = q[sel]
             oldest = float(self.arrive[members].min())
-            if sum(self.pieces[i] for i in members.tolist()) >= R["bmin"][s] or self.now - oldest >= self.batch_wait:
+            # (the same expression as the re-check's time below, so that the re-check finds the batch legal)
+            if sum(self.pieces[i] for i in members.tolist()) >= R["bmin"][s] or oldest + self.batch_wait <= self.now:
                 ok |= sel
             elif oldest + self.batch_wait < self.check_at[g]:
                 self.check_at[g] = oldest + self.batch_wait
