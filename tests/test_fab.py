@@ -197,3 +197,18 @@ def test_bad_arguments_name_the_fix(tmp_path):
         fab.FabEnv(agent_groups=["NoSuchGroup"])
     with pytest.raises(EnvError, match="days"):
         fab.FabEnv(days=0)
+
+
+def test_a_partial_batch_is_legal_at_its_recheck_time():
+    # A float case where now - oldest < batch_wait although oldest + batch_wait == now: the
+    # re-check then found the batch illegal and re-scheduled itself at the same instant forever.
+    model, s = _sim(days=0.1, check=False)
+    g = next(g for g in range(model.G) if model.batching_l[g] and s.queues[g])
+    lot = s.queues[g][0]
+    oldest = 3918.992945173863
+    assert (oldest + 240.0) - oldest < 240.0
+    assert model.L[s.part[lot]]["bmin"][s.step[lot]] > s.pieces[lot]   # alone, short of the minimum batch
+    s.queues[g] = [lot]
+    s.arrive[lot] = oldest
+    s.now = oldest + 240.0
+    assert lot in s.legal(g).tolist()
