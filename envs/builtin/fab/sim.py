@@ -570,8 +570,9 @@ class FabSim:
             elif kind == UP:
                 self._up(a)
             elif kind == CHECK:
-                self.check_at[a] = math.inf
-                self.dirty.add(a)
+                if t == self.check_at[a]:   # else a superseded re-check
+                    self.check_at[a] = math.inf
+                    self.dirty.add(a)
 
     def run(self, rule: str) -> Stats:
         """The whole horizon with one rule for every decision."""
