@@ -60,11 +60,12 @@ DEFAULT_CONFIG = ROOT / "configs" / "minatar_breakout.yaml"
 
 # ----------------------------------------------------------------------------- the shared settings
 
-def load_settings(path: Path, env_steps: int, seed: int, eval_episodes: int) -> Any:
-    """The validated hdppo config of one run (the one source of both frameworks' settings)."""
+def load_settings(path: Path, env_steps: int, seed: int, eval_episodes: int, overrides: list[str] | None = None) -> Any:
+    """The validated hdppo config of one run (the one source of both frameworks' settings);
+    ``overrides`` as ``hdppo train --set`` takes them."""
     from hdppo.platform.config import load_config
 
-    cfg = load_config(path)
+    cfg = load_config(path, list(overrides or []))
     train = cfg.train.model_copy(update={"total_env_steps": int(env_steps), "seed": int(seed),
                                          "eval_episodes": int(eval_episodes), "checkpoint_every": 1_000_000})
     return cfg.model_copy(update={"train": train})
@@ -288,7 +289,7 @@ def render_markdown(report: dict) -> str:
              f"{', '.join(map(str, st['seeds']))}, hdppo then SB3 for each seed; deterministic evaluation of the final "
              f"weights on {st['eval_episodes']} episodes. hdppo: {st['hdppo_workers']} Ray rollout workers x "
              f"{st['envs_per_worker']} env copies and a learner on an embedded Ray of {st['ray_cpus']} CPUs, mode "
-             f"`{st['mode']}`, one torch thread per process; SB3 {report.get('sb3_version', '')}: one process, "
+             f"`{st['mode']}`{', pipeline' if st.get('pipeline') else ''}, one torch thread per process; SB3 {report.get('sb3_version', '')}: one process, "
              f"{st['n_envs']} copies in a DummyVecEnv, {st['sb3_threads']} torch thread(s). Parameters: hdppo "
              f"{st.get('hdppo_parameters') or 'n/a'}, SB3 {st.get('sb3_parameters') or 'n/a'}.", "",
              "Throughput is whole-iteration training throughput (rollout + update + weight sync) after the first "
@@ -336,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the embedded Ray (default 2)")
     ap.add_argument("--sb3-threads", type=int, default=1,
                     help="torch threads of the SB3 process (default 1, as each hdppo process has)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override the config as `hdppo train --set` does (both frameworks follow it), e.g. "
+                    "layers.0.dppo.pipeline=true")
     ap.add_argument("--quick", action="store_true", help="smoke run: 4 updates per run, 2 evaluation episodes")
     ap.add_argument("--out", default=None, help="output stem in benchmarks/results (default minatar, or minatar_quick)")
     args = ap.parse_args(argv)
@@ -344,15 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         args.eval_episodes = 2
     stem = args.out or ("minatar_quick" if args.quick else "minatar")
 
-    probe = load_settings(Path(args.config), args.env_steps, seeds[0], args.eval_episodes)
+    probe = load_settings(Path(args.config), args.env_steps, seeds[0], args.eval_episodes, args.overrides)
     if args.quick:
         args.env_steps = 4 * probe.layers[0].dppo.train_batch_size
-        probe = load_settings(Path(args.config), args.env_steps, seeds[0], args.eval_episodes)
+        probe = load_settings(Path(args.config), args.env_steps, seeds[0], args.eval_episodes, args.overrides)
     layer = probe.layers[0]
     settings = {"config": str(Path(args.config).resolve().relative_to(ROOT)) if Path(args.config).resolve().is_relative_to(ROOT)
                 else args.config, "env_steps": args.env_steps, "seeds": seeds, "eval_episodes": args.eval_episodes,
-                "ray_cpus": args.ray_cpus, "sb3_threads": args.sb3_threads, "quick": args.quick,
-                "describe": describe(probe), "mode": layer.dppo.mode, "hdppo_workers": layer.dppo.num_workers,
+                "ray_cpus": args.ray_cpus, "sb3_threads": args.sb3_threads, "quick": args.quick, "overrides": args.overrides,
+                "describe": describe(probe), "mode": layer.dppo.mode, "pipeline": layer.dppo.pipeline, "hdppo_workers": layer.dppo.num_workers,
                 "envs_per_worker": layer.dppo.num_envs_per_worker,
                 "n_envs": layer.dppo.num_workers * layer.dppo.num_envs_per_worker,
                 "sb3_arguments": {k: (v if not callable(v) else f"linear from {layer.ppo.lr} to 0")
@@ -372,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="hdppo_minatar_") as tmp:
             for seed in seeds:
-                cfg = load_settings(Path(args.config), args.env_steps, seed, args.eval_episodes)
+                cfg = load_settings(Path(args.config), args.env_steps, seed, args.eval_episodes, args.overrides)
                 run: dict[str, Any] = {"seed": seed}
                 for fw, fn, fargs in (("hdppo", hdppo_run, (cfg, Path(tmp))), ("sb3", sb3_run, (cfg, args.sb3_threads))):
                     before = os.getloadavg()[0]
