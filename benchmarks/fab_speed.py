@@ -73,7 +73,7 @@ def render(report: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         lines.append(f"| {r['scenario']} | {r['mode']} | {r['days']:g} | {r['decisions']} | {r.get('agent_decisions', '-')} | "
-                     f"{r['decisions_per_s']:.0f} | {r.get('agent_decisions_per_s', float('nan')):.0f} | "
+                     f"{r['decisions_per_s']:.0f} | {format(r['agent_decisions_per_s'], '.0f') if 'agent_decisions_per_s' in r else '-'} | "
                      f"{r['sim_days_per_s']:.3f} | {r['cpu_s']:.1f} |")
     lines += ["", f"Command: `{report['command']}`", ""]
     return "\n".join(lines)
