@@ -22,7 +22,7 @@ throughput no lower; the report says met or missed.
 
 Usage:
   python benchmarks/fab.py --scenarios hvlm_mini --seeds 20 --policy flat=/tmp/fab_runs/flat1
-  python benchmarks/fab.py --scenarios hvlm --days hvlm=10 --seeds 3      # the full fab (slow)
+  python benchmarks/fab.py --scenarios hvlm --days hvlm=7 --seeds 3       # the full fab (about 5 CPU s a run)
   add --tb DIR to write one evaluated run's WIP/queue/tardiness over time as TensorBoard scalars.
 
 Writes benchmarks/results/fab.{json,md} (``--out`` to change); rows of earlier runs of other
