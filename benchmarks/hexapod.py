@@ -16,7 +16,8 @@ step's info is recorded, so that per episode:
   within 0.1 rad, planar velocity within 0.25 m/s) and stays so for 0.2 s; in gait cycles, the
   steps over the episode's measured stride period (median time between two touchdowns of the
   same foot, each after at least 2 steps in the air), or over a 0.5 s reference period where
-  the robot took fewer than 3 strides. A push is not recovered when the robot falls, the episode ends, or the next push comes first.
+  the robot took fewer than 3 strides. A push is not recovered when the robot falls, the
+  episode ends, or the next push comes first.
 
 Targets (issue 13): falls < 5% of 20 s episodes on rough terrain (``gravel``); >= 90% of pushes
 recovered within 3 gait cycles; >= 80% of goals reached on rough terrain.
