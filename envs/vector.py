@@ -25,7 +25,7 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -115,6 +115,53 @@ def episode_info_values(infos: Mapping[str, Mapping[str, Any]] | None, keys: Seq
         if vals:
             out[k] = float(np.mean(vals))
     return out
+
+
+class LazyCopyInfos(Mapping):
+    """One copy's agent -> info dict for a batched env, built on first access by
+    ``make(copy, slots) -> {agent: info}`` (most steps nobody reads them), or given ready-made
+    (``made``: copies that were reset, whose arrays no longer hold the ended episode)."""
+
+    def __init__(self, make: Callable[[int, list[int]], dict[str, dict]], agents: Sequence[str], copy: int,
+                 slots: np.ndarray, made: dict[str, dict] | None = None):
+        self._make, self._agents, self._copy, self._slots, self._made = make, agents, copy, slots, made
+
+    def _all(self) -> dict[str, dict]:
+        if self._made is None:
+            self._made = self._make(self._copy, self._slots.tolist())
+        return self._made
+
+    def __getitem__(self, agent: str) -> dict:
+        return self._all()[agent]
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._agents[s] for s in self._slots.tolist())
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+
+class LazyStepInfos(Sequence):
+    """``VecStep.infos`` of a batched env: per copy a :class:`LazyCopyInfos` over the slots that
+    were alive before the step (``before [N, A]`` bool), made when the copy is first looked at."""
+
+    def __init__(self, make: Callable[[int, list[int]], dict[str, dict]], agents: Sequence[str],
+                 before: np.ndarray, made: dict[int, dict[str, dict]] | None = None):
+        self._make, self._agents, self._before, self._made = make, agents, before, made or {}
+        self._copies: dict[int, LazyCopyInfos] = {}
+
+    def __getitem__(self, i: int) -> LazyCopyInfos:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i = int(i) % len(self)
+        out = self._copies.get(i)
+        if out is None:
+            out = self._copies[i] = LazyCopyInfos(self._make, self._agents, i, np.flatnonzero(self._before[i]),
+                                                  self._made.get(i))
+        return out
+
+    def __len__(self) -> int:
+        return len(self._before)
 
 
 def flat_dims(space: gym.Space) -> tuple[int, int]:

@@ -9,64 +9,17 @@ available here: give upper layers ``observation.source: state`` or ``env``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from ...vector import VecObs, VecStep, VectorMultiAgentEnv
+from ...vector import LazyStepInfos, VecObs, VecStep, VectorMultiAgentEnv
 from .accounts import unit_infos
-from .core import StepArrays
 from .env import SkirmishEnv, make_battle, observation_space
 from .opponents import get_policy
 from .render import frame
 from .scenarios import Scenario
-
-
-class _CopyInfos(Mapping):
-    """One copy's agent -> info dict, made on first access from that step's arrays (see
-    :func:`.accounts.unit_infos`); ``made`` gives them ready-made (copies that were reset)."""
-
-    def __init__(self, env: "SkirmishVector", res: StepArrays, copy: int, units: np.ndarray,
-                 made: dict[str, dict] | None = None):
-        self._env, self._res, self._copy, self._units, self._made = env, res, copy, units, made
-
-    def _all(self) -> dict[str, dict]:
-        if self._made is None:
-            units = self._units.tolist()
-            self._made = unit_infos(self._env.battle, self._res, self._copy, units, [self._env.agents[u] for u in units])
-        return self._made
-
-    def __getitem__(self, agent: str) -> dict:
-        return self._all()[agent]
-
-    def __iter__(self) -> Iterator[str]:
-        return (self._env.agents[u] for u in self._units.tolist())
-
-    def __len__(self) -> int:
-        return len(self._units)
-
-
-class _StepInfos(Sequence):
-    """Per copy, its :class:`_CopyInfos`, made when the copy is first looked at."""
-
-    def __init__(self, env: "SkirmishVector", res: StepArrays, before: np.ndarray, made: dict[int, dict[str, dict]]):
-        self._env, self._res, self._before, self._made = env, res, before, made
-        self._copies: dict[int, _CopyInfos] = {}
-
-    def __getitem__(self, i: int) -> _CopyInfos:  # type: ignore[override]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i = int(i) % len(self)
-        out = self._copies.get(i)
-        if out is None:
-            out = self._copies[i] = _CopyInfos(self._env, self._res, i, np.flatnonzero(self._before[i]),
-                                               self._made.get(i))
-        return out
-
-    def __len__(self) -> int:
-        return len(self._before)
 
 
 class SkirmishVector(VectorMultiAgentEnv):
@@ -132,18 +85,21 @@ class SkirmishVector(VectorMultiAgentEnv):
         final_state = None
         made: dict[int, dict[str, dict]] = {}
         episodes = []
+
+        def infos_of(i: int, units: list[int]) -> dict[str, dict]:
+            return unit_infos(b, res, i, units, [self.agents[u] for u in units])
+
         if end.any():
             idx = np.flatnonzero(end)
             if self.want_state:
                 final_state = b.state()
             for i in idx.tolist():
                 episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
-                units = np.flatnonzero(before[i]).tolist()   # their end-of-episode infos, before the reset
-                made[i] = unit_infos(b, res, i, units, [self.agents[u] for u in units])
+                made[i] = infos_of(i, np.flatnonzero(before[i]).tolist())  # end-of-episode infos, before the reset
             self._ep_return[idx], self._ep_len[idx] = 0.0, 0
             b.reset(idx)
         obs, alive, masks = self._view()
-        infos = _StepInfos(self, res, before, made)
+        infos = LazyStepInfos(infos_of, self.agents, before, made)
         state = b.state() if self.want_state else None
         return VecStep(obs, alive, alive.copy(), masks, state, rewards=rewards, terminated=term, truncated=trunc,
                        final_obs=final_obs, final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from typing import Any, Iterator
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -13,7 +12,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from ...errors import EnvError
-from ...vector import VecObs, VecStep, VectorMultiAgentEnv
+from ...vector import LazyStepInfos, VecObs, VecStep, VectorMultiAgentEnv
 from .core import Physics, RewardWeights, StepArrays, Swarm
 from .render import frame
 from .scenarios import SCENARIOS, Scenario, get_scenario
@@ -156,48 +155,6 @@ def parallel_env(**kwargs) -> SwarmEnv:
     return SwarmEnv(**kwargs)
 
 
-class _CopyInfos(Mapping):
-    """One copy's drone -> info dict, made on first access (``made``: ready-made, for ended copies)."""
-
-    def __init__(self, env: "SwarmVector", res: StepArrays, copy: int, drones: np.ndarray,
-                 made: dict[str, dict] | None = None):
-        self._env, self._res, self._copy, self._drones, self._made = env, res, copy, drones, made
-
-    def _all(self) -> dict[str, dict]:
-        if self._made is None:
-            d = self._drones.tolist()
-            self._made = drone_infos(self._env.swarm, self._res, self._copy, d, [self._env.agents[i] for i in d])
-        return self._made
-
-    def __getitem__(self, agent: str) -> dict:
-        return self._all()[agent]
-
-    def __iter__(self) -> Iterator[str]:
-        return (self._env.agents[i] for i in self._drones.tolist())
-
-    def __len__(self) -> int:
-        return len(self._drones)
-
-
-class _StepInfos(Sequence):
-    def __init__(self, env: "SwarmVector", res: StepArrays, before: np.ndarray, made: dict[int, dict[str, dict]]):
-        self._env, self._res, self._before, self._made = env, res, before, made
-        self._copies: dict[int, _CopyInfos] = {}
-
-    def __getitem__(self, i: int) -> _CopyInfos:  # type: ignore[override]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i = int(i) % len(self)
-        out = self._copies.get(i)
-        if out is None:
-            out = self._copies[i] = _CopyInfos(self._env, self._res, i, np.flatnonzero(self._before[i]),
-                                               self._made.get(i))
-        return out
-
-    def __len__(self) -> int:
-        return len(self._before)
-
-
 class SwarmVector(VectorMultiAgentEnv):
     """``num_envs`` swarm fields stepped together; arguments as :class:`SwarmEnv` (frames by
     :meth:`render_copy`, no render_mode)."""
@@ -252,18 +209,21 @@ class SwarmVector(VectorMultiAgentEnv):
         final_state = None
         made: dict[int, dict[str, dict]] = {}
         episodes = []
+
+        def infos_of(i: int, drones: list[int]) -> dict[str, dict]:
+            return drone_infos(s, res, i, drones, [self.agents[j] for j in drones])
+
         if end.any():
             idx = np.flatnonzero(end)
             if self.want_state:
                 final_state = s.state()
             for i in idx.tolist():
                 episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
-                d = np.flatnonzero(before[i]).tolist()
-                made[i] = drone_infos(s, res, i, d, [self.agents[j] for j in d])
+                made[i] = infos_of(i, np.flatnonzero(before[i]).tolist())  # end-of-episode infos, before the reset
             self._ep_return[idx], self._ep_len[idx] = 0.0, 0
             s.reset(idx)
         alive = s.active.copy()
-        infos = _StepInfos(self, res, before, made)
+        infos = LazyStepInfos(infos_of, self.agents, before, made)
         return VecStep(s.obs.copy(), alive, alive.copy(), None, s.state() if self.want_state else None,
                        rewards=rewards, terminated=term.copy(), truncated=trunc, final_obs=final_obs,
                        final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]
