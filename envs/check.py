@@ -36,11 +36,86 @@ def _make(target: Any) -> tuple[Any, str, str, dict]:
     return env, kind, target, {}
 
 
+BATCHED = ("vector", "gymnasium_vector")
+
+
+def _batch_actions(venv: Any, masks: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """Random actions ``[N, A, *shape]`` for every slot, legal ones where the env gives masks."""
+    space = venv.action_space(venv.agents[0])
+    n, a = venv.num_envs, len(venv.agents)
+    if isinstance(space, gym.spaces.Discrete) and masks is not None:
+        legal = masks > 0
+        legal[~legal.any(-1)] = True  # a slot with no legal action (dead): anything
+        scores = rng.random(legal.shape) + legal  # the highest score is a random legal action
+        return (space.start + scores.argmax(-1)).astype(np.int64)
+    space.seed(int(rng.integers(2**31)))
+    return np.stack([np.asarray(space.sample()) for _ in range(n * a)]).reshape((n, a, *space.shape))
+
+
+def _check_arrays(name: str, where: str, got: Any, shape: tuple, kind: str) -> None:
+    arr = np.asarray(got) if got is not None else None
+    if arr is None or arr.shape != shape:
+        raise EnvError(f"env {name!r}: {where} has shape {None if arr is None else arr.shape}, expected {shape} "
+                       "([copies, agent slots, ...]; see hdppo.envs.vector).")
+    if kind == "bool" and arr.dtype != bool:
+        raise EnvError(f"env {name!r}: {where} is {arr.dtype}, expected bool.")
+    if kind == "finite" and not np.isfinite(arr).all():
+        raise EnvError(f"env {name!r}: {where} holds NaN or inf.")
+
+
+def _check_batched(e: Any, steps: int) -> str:
+    """A natively vectorised env (``env.type`` vector or gymnasium_vector): 2 copies made as
+    training makes them, every array of reset and step checked against the contract of
+    :mod:`hdppo.envs.vector`, random (legal) actions."""
+    from .vector import make_vector_env
+
+    name = e.entry_point or e.id or "env"
+    venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, 2, seed=0)
+    try:
+        n, a, d = venv.num_envs, len(venv.agents), int(venv.obs_dim)
+        m = int(getattr(venv, "mask_dim", 0) or 0)
+        now = venv.reset(seed=0)
+        _check_arrays(name, "reset().obs", now.obs, (n, a, d), "finite")
+        _check_arrays(name, "reset().alive", now.alive, (n, a), "bool")
+        if m:
+            _check_arrays(name, "reset().masks", now.masks, (n, a, m), "finite")
+        rng = np.random.default_rng(0)
+        episodes = 0
+        for t in range(steps):
+            res = venv.step(_batch_actions(venv, now.masks if m else None, rng))
+            where = f"step() #{t + 1}"
+            _check_arrays(name, f"{where} obs", res.obs, (n, a, d), "finite")
+            _check_arrays(name, f"{where} rewards", res.rewards, (n, a), "finite")
+            for field in ("alive", "acting", "terminated", "truncated"):
+                _check_arrays(name, f"{where} {field}", getattr(res, field), (n, a), "bool")
+            _check_arrays(name, f"{where} episode_end", res.episode_end, (n,), "bool")
+            if np.asarray(res.episode_end).any() or np.asarray(res.terminated).any() or np.asarray(res.truncated).any():
+                _check_arrays(name, f"{where} final_obs", res.final_obs, (n, a, d), "finite")
+            if m:
+                _check_arrays(name, f"{where} masks", res.masks, (n, a, m), "finite")
+            episodes += len(res.episodes)
+            now = res
+        agent = venv.agents[0]
+        lines = [f"env {name!r}: OK ({e.type}, {n} copies)",
+                 f"  agents:            {list(venv.agents)}",
+                 f"  observation_space: {venv.observation_space(agent)} ({agent}; flattened to {d})",
+                 f"  action_space:      {venv.action_space(agent)} ({agent})" + (f", action masks of {m}" if m else ""),
+                 f"  contract:          reset and {steps} random steps, every array of hdppo.envs.vector's contract "
+                 f"checked (shapes, dtypes, finite values); {episodes} episodes ended"]
+        return "\n".join(lines)
+    finally:
+        venv.close()
+
+
 def check_target(target: Any, steps: int = 200) -> str:
     """Check an env given as an id, a ``module:factory``, or an env section of a config (any
     object with ``type``, ``id``, ``entry_point``, ``kwargs``, ``max_episode_steps``, such as
     :class:`hdppo.platform.config.EnvConfig`; the CLI loads a config file into one, so that env
-    code needs no config loader). Returns a report; raises :class:`EnvError` naming what is wrong."""
+    code needs no config loader). Returns a report; raises :class:`EnvError` naming what is wrong.
+    A natively vectorised env (``type`` vector or gymnasium_vector, from a config) has no per-copy
+    official checker: its arrays are checked against hdppo's contract instead."""
+    if not isinstance(target, str) and getattr(target, "type", None) in BATCHED:
+        return _check_batched(target, steps)
     env, kind, name, _ = _make(target)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

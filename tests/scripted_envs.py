@@ -282,6 +282,19 @@ def batched_countdown(num_envs: int, seed=None, **kwargs):
     return BatchedCountdown(num_envs, seed, **kwargs)
 
 
+class _FlatRewards(BatchedCountdown):
+    """Breaks the contract: rewards ``[N]`` instead of ``[N, agents]``."""
+
+    def step(self, actions):
+        res = super().step(actions)
+        res.rewards = res.rewards[:, 0]
+        return res
+
+
+def batched_countdown_flat_rewards(num_envs: int, seed=None, **kwargs):
+    return _FlatRewards(num_envs, seed, **kwargs)
+
+
 class ScoredCountdown(CountdownEnv):
     """A countdown that reports, on its last step, ``score`` = the episode's length and
     ``reached`` = 1 when the agent pressed action 1 on that step; declares them as episode metrics."""

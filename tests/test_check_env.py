@@ -27,6 +27,20 @@ def test_check_env_names_what_is_broken():
         check_target("scripted_envs:countdown_nan", steps=10)
 
 
+def test_check_env_checks_a_batched_env_against_the_contract(capsys):
+    from hdppo.platform.cli import main
+    from hdppo.platform.config import EnvConfig
+
+    assert main(["check-env", str(ROOT / "configs" / "skirmish_flat.yaml"), "--steps", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "OK (vector, 2 copies)" in out and "action masks of" in out
+    ok = EnvConfig(type="vector", entry_point="scripted_envs:batched_countdown", kwargs={"length": 3})
+    assert "3 episodes ended" not in check_target(ok, steps=9) and "6 episodes ended" in check_target(ok, steps=9)
+    bad = EnvConfig(type="vector", entry_point="scripted_envs:batched_countdown_flat_rewards")
+    with pytest.raises(EnvError, match=r"step\(\) #1 rewards has shape \(2,\), expected \(2, 1\)"):
+        check_target(bad, steps=5)
+
+
 def test_check_env_runs_pettingzoo_checkers_and_a_rollout():
     report = check_target("hdppo.envs.builtin.corridor:parallel_env", steps=50)
     assert "parallel_api_test:" in report and "OK" in report
