@@ -49,7 +49,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
-from skirmish import checkpoint_steps, outcome_table, pct, records, shrink  # noqa: E402
+from common import shrink  # noqa: E402
+from skirmish import checkpoint_steps, outcome_table, pct, records  # noqa: E402
 
 TARGET_VS_RANDOM = 0.95          # issue 11, item 6
 ENV_ID = "magent2.environments.combined_arms_v6"

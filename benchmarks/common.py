@@ -295,3 +295,37 @@ def write_report(stem: str, report: dict, markdown: str, tag: str) -> None:
     print()
     print(markdown)
     print(f"[{tag}] wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.md')}")
+
+
+# ----------------------------------------------------------------------------- training presets
+
+def shrink(cfg: dict) -> dict:
+    """A preset's config (as a dict) with batches small enough for a smoke run (a few updates in seconds)."""
+    for layer in cfg["layers"]:
+        big = layer["dppo"]["train_batch_size"]
+        layer["dppo"].update(num_workers=1, num_envs_per_worker=4, train_batch_size=max(32, big // 64))
+        layer["ppo"].update(minibatch_size=max(16, layer["ppo"]["minibatch_size"] // 64), num_epochs=1)
+        layer["policy"]["hidden"] = [32, 32]
+    for group in cfg.get("groups") or []:
+        if isinstance(group, dict) and group.get("dppo"):
+            group["dppo"].update(num_workers=1, num_envs_per_worker=4)
+    return cfg
+
+
+def train_preset(config: Path, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
+    """Train the preset file ``config`` for ``env_steps`` (all groups together) into ``run_dir``,
+    with ``--set``-style ``overrides`` (``quick``: :func:`shrink` first); returns the run's summary."""
+    from hdppo.platform.config import load_config, validate
+    from hdppo.platform.ray_runtime import shutdown_ray
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config(config, [f"train.total_env_steps={env_steps}", "train.eval_episodes=0", *overrides])
+    data = cfg.model_dump(mode="json")
+    cfg = validate(shrink(data) if quick else data)
+    trainer = Trainer(cfg, run_dir)
+    try:
+        return trainer.train()
+    finally:
+        trainer.shutdown()
+        if cfg.ray.backend == "ray":
+            shutdown_ray()

@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from common import train_preset  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_WIN_RATE = 0.90          # issue 11: against the strongest scripted opponent on 8v8 mixed
@@ -105,39 +106,9 @@ def quick_overrides() -> list[str]:
     return ["ray.backend=local", "train.checkpoint_every=1", "train.eval_episodes=0"]
 
 
-def shrink(cfg: dict) -> dict:
-    """The config with batches small enough for a smoke run (a few updates in seconds)."""
-    for layer in cfg["layers"]:
-        big = layer["dppo"]["train_batch_size"]
-        layer["dppo"].update(num_workers=1, num_envs_per_worker=4, train_batch_size=max(32, big // 64))
-        layer["ppo"].update(minibatch_size=max(16, layer["ppo"]["minibatch_size"] // 64), num_epochs=1)
-        layer["policy"]["hidden"] = [32, 32]
-    for group in cfg.get("groups") or []:
-        if isinstance(group, dict) and group.get("dppo"):
-            group["dppo"].update(num_workers=1, num_envs_per_worker=4)
-    return cfg
-
-
 def train(name: str, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
     """Train preset ``name`` for ``env_steps`` (all groups together) into ``run_dir``."""
-    from hdppo.platform.config import load_config, validate
-    from hdppo.platform.ray_runtime import shutdown_ray
-    from hdppo.platform.trainer import Trainer
-
-    cfg = load_config(ROOT / "configs" / CONFIGS[name][0],
-                      [f"train.total_env_steps={env_steps}", "train.eval_episodes=0", *overrides])
-    data = cfg.model_dump(mode="json", exclude_unset=False)
-    if quick:
-        data = shrink(data)
-    cfg = validate(data)
-    trainer = Trainer(cfg, run_dir)
-    try:
-        summary = trainer.train()
-    finally:
-        trainer.shutdown()
-        if cfg.ray.backend == "ray":
-            shutdown_ray()
-    return summary
+    return train_preset(ROOT / "configs" / CONFIGS[name][0], env_steps, run_dir, overrides, quick)
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -46,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from common import train_preset  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_REACH = 0.95
@@ -89,32 +90,9 @@ def scripted_rows(episodes: int, scenarios: list[str]) -> list[dict]:
     return rows
 
 
-def shrink(cfg: dict) -> dict:
-    for layer in cfg["layers"]:
-        big = layer["dppo"]["train_batch_size"]
-        layer["dppo"].update(num_workers=1, num_envs_per_worker=4, train_batch_size=max(32, big // 64))
-        layer["ppo"].update(minibatch_size=max(16, layer["ppo"]["minibatch_size"] // 64), num_epochs=1)
-        layer["policy"]["hidden"] = [32, 32]
-    for group in cfg.get("groups") or []:
-        if isinstance(group, dict) and group.get("dppo"):
-            group["dppo"].update(num_workers=1, num_envs_per_worker=4)
-    return cfg
-
-
 def train(name: str, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
-    from hdppo.platform.config import load_config, validate
-    from hdppo.platform.trainer import Trainer
-
-    cfg = load_config(ROOT / "configs" / CONFIGS[name][0],
-                      [f"train.total_env_steps={env_steps}", "train.eval_episodes=0", *overrides])
-    data = cfg.model_dump(mode="json")
-    if quick:
-        data = shrink(data)
-    trainer = Trainer(validate(data), run_dir)
-    try:
-        return trainer.train()
-    finally:
-        trainer.shutdown()
+    """Train preset ``name`` for ``env_steps`` (all groups together) into ``run_dir``."""
+    return train_preset(ROOT / "configs" / CONFIGS[name][0], env_steps, run_dir, overrides, quick)
 
 
 def scenario_config(cfg, scenario: str):
