@@ -8,6 +8,7 @@ commit in ``old_commit.py``.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import time
@@ -329,3 +330,15 @@ def train_preset(config: Path, env_steps: int, run_dir: Path, overrides: list[st
         trainer.shutdown()
         if cfg.ray.backend == "ray":
             shutdown_ray()
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """95% Wilson score interval ``[low, high]`` of a proportion ``k / n`` (Wilson 1927; good at 0 and 1 too)."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]

@@ -33,21 +33,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from common import wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 CONFIGS = {"hierarchy": "grasp_hierarchy.yaml", "flat": "grasp_flat.yaml"}
 PHASE_KEYS = {"reach": "reached", "grasp": "grasp_made", "lift": "is_success"}
 TARGET = 0.70
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def phase_table(flags: dict[str, list[float]]) -> dict[str, Any]:

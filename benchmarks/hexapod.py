@@ -42,22 +42,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import command_line, join_md, machine_line, write_report  # noqa: E402
+from common import command_line, join_md, machine_line, write_report, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 REFERENCE_GAIT_S = 0.5
 RECOVERY = {"height": 0.03, "tilt": 0.1, "velocity": 0.25, "hold_s": 0.2}
 TARGETS = {"falls_rough": 0.05, "push_recovered_3_cycles": 0.90, "goals_rough": 0.80}
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 1.0]
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [max(0.0, c - h), min(1.0, c + h)]
 
 
 # -- one episode's measurements ------------------------------------------------------------------

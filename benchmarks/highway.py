@@ -36,19 +36,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from common import wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 CONFIGS = {"highway": "highway.yaml", "roundabout": "highway_roundabout_hierarchy.yaml"}
 ENV_ID = "highway_env:highway-fast-v0"
 TARGET_RETURN, TARGET_CRASH = 25.0, 0.10
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 1.0]
-    p, d = k / n, 1 + z * z / n
-    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [max(0.0, c - h), min(1.0, c + h)]
 
 
 def rate(vals: list[float]) -> dict:

@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import train_preset  # noqa: E402
+from common import train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_WIN_RATE = 0.90          # issue 11: against the strongest scripted opponent on 8v8 mixed
@@ -62,16 +62,6 @@ CONFIGS = {  # name -> (preset, what it is)
 
 
 # ----------------------------------------------------------------------------- statistics
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``k / n`` (Wilson 1927; good at 0 and 1 too)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
 
 def outcome_table(wins: int, draws: int, losses: int, kills: float, lost: float, steps: float) -> dict:
     """Rates with Wilson intervals from game counts; kills/losses/steps are means per game."""

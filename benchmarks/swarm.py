@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import train_preset  # noqa: E402
+from common import train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_REACH = 0.95
@@ -57,16 +57,6 @@ CONFIGS = {  # name -> (preset, what it is)
     "hierarchy": ("swarm_hierarchy.yaml", "group (lane, formation) -> drone, two DPPO groups"),
     "flat": ("swarm_flat.yaml", "flat PPO, one layer, shared weights, central critic"),
 }
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``k / n``."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def shares(episodes: int, drones: int, reached: int, collided: int, steps: float) -> dict:
