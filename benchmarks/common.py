@@ -342,3 +342,19 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+# ----------------------------------------------------------------------------- run dirs
+
+def checkpoint_steps(checkpoint: Path) -> int:
+    """Env steps a checkpoint's groups had sampled, all groups together."""
+    from hdppo.platform.checkpoint import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+
+
+def records(run_dir: Path) -> list[dict]:
+    """The run's metrics.jsonl lines (none if it has no file yet)."""
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

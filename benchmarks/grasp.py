@@ -33,7 +33,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import wilson  # noqa: E402
+from common import train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 CONFIGS = {"hierarchy": "grasp_hierarchy.yaml", "flat": "grasp_flat.yaml"}
@@ -51,19 +51,7 @@ def phase_table(flags: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def train(name: str, env_steps: int, run_dir: Path, overrides: list[str]) -> dict:
-    from hdppo.platform.config import load_config
-    from hdppo.platform.ray_runtime import shutdown_ray
-    from hdppo.platform.trainer import Trainer
-
-    cfg = load_config(ROOT / "configs" / CONFIGS[name], [f"train.total_env_steps={env_steps}", "train.eval_episodes=0",
-                                                        *overrides])
-    trainer = Trainer(cfg, run_dir)
-    try:
-        return trainer.train()
-    finally:
-        trainer.shutdown()
-        if cfg.ray.backend == "ray":
-            shutdown_ray()
+    return train_preset(ROOT / "configs" / CONFIGS[name], env_steps, run_dir, overrides, quick=False)
 
 
 def heldout_config(cfg):

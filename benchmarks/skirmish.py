@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import train_preset, wilson  # noqa: E402
+from common import checkpoint_steps, records, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_WIN_RATE = 0.90          # issue 11: against the strongest scripted opponent on 8v8 mixed
@@ -158,19 +158,7 @@ def spaced(items: list, k: int) -> list:
     return [items[i] for i in picks]
 
 
-def checkpoint_steps(checkpoint: Path) -> int:
-    from hdppo.platform.checkpoint import load_checkpoint
-
-    state = load_checkpoint(checkpoint)
-    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
-
-
 # ----------------------------------------------------------------------------- throughput
-
-def records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
 
 def training_throughput(run_dir: Path, cfg) -> dict:
     """Env steps/s of the whole run (first to last logged update, all groups together) and agent

@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import train_preset, wilson  # noqa: E402
+from common import checkpoint_steps, records, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_REACH = 0.95
@@ -126,18 +126,6 @@ def evaluate_checkpoint(cfg, checkpoint: Path, episodes: int, scenario: str) -> 
     eps = evaluate_episodes(scenario_config(cfg, scenario), states, episodes, num_envs=20)
     return flights_of(eps, SCENARIOS[scenario].n_drones) | {"scenario": scenario, "checkpoint": checkpoint.name,
                                                              "wall_s": time.perf_counter() - t0}
-
-
-def checkpoint_steps(checkpoint: Path) -> int:
-    from hdppo.platform.checkpoint import load_checkpoint
-
-    state = load_checkpoint(checkpoint)
-    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
-
-
-def records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def training_curves(run_dir: Path, layer: str) -> dict[str, list[tuple[int, float]]]:
