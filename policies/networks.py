@@ -53,6 +53,71 @@ def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+# Above this many input values (rows x width) the maths outweighs torch's per-call cost and torch's
+# kernels (one thread in a worker) are as fast as numpy's; numpy's BLAS would also start threads of
+# its own beside the other workers. 192 MAgent2 views of 845 values went ~8% slower in numpy.
+NUMPY_ACT_MAX_VALUES = 8192
+
+
+class NumpyMLP:
+    """An MLP's forward pass in numpy, on *views* of its torch parameters.
+
+    A worker acts on a few rows every env step (4 Hopper copies, 24 MPE agents). There each of
+    torch's ~15 operator calls costs more than its maths: an act took ~120 us in torch and ~35 us
+    here (4 rows of Hopper). The arrays share memory with the parameters, so ``load_state_dict``
+    (an in-place copy) and optimizer steps are seen without a refresh; a parameter whose storage
+    moved (``.data =``, ``.to(device)``) is noticed by its data pointer and the views rebuilt.
+    Only plain MLPs (Linear, Tanh, ReLU) of float32 on the CPU qualify: :meth:`build` returns None
+    otherwise. ``extra`` parameters (a log-std) get views too, in :attr:`extra`.
+    """
+
+    def __init__(self, seq: nn.Sequential, extra: Sequence[torch.Tensor] = ()):
+        self.seq = seq
+        self.params = [*seq.parameters(), *extra]
+        self.n_extra = len(extra)
+        self._bind()
+
+    @staticmethod
+    def build(seq: nn.Module, extra: Sequence[torch.Tensor] = ()) -> "NumpyMLP | None":
+        if not isinstance(seq, nn.Sequential) or not all(type(m) in (nn.Linear, nn.Tanh, nn.ReLU) for m in seq):
+            return None
+        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in [*seq.parameters(), *extra]):
+            return None
+        return NumpyMLP(seq, extra)
+
+    def _bind(self) -> None:
+        self.ops: list[tuple] = []
+        for m in self.seq:
+            if type(m) is nn.Linear:  # x @ W.T: a transposed view, which BLAS takes as it is
+                self.ops.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))
+            else:
+                self.ops.append((np.tanh if type(m) is nn.Tanh else _relu_,))
+        self.extra = [p.detach().numpy() for p in self.params[len(self.params) - self.n_extra:]]
+        self.ptrs = [p.data_ptr() for p in self.params]
+
+    def fresh(self) -> bool:
+        """True when the views are current (rebuilt if a storage moved); False once a parameter
+        left the CPU, for the caller to fall back to torch."""
+        if [p.data_ptr() for p in self.params] != self.ptrs:
+            if any(p.device.type != "cpu" for p in self.params):
+                return False
+            self._bind()
+        return True
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        for op in self.ops:
+            if len(op) == 2:
+                x = x @ op[0]
+                x += op[1]
+            else:
+                op[0](x, out=x)
+        return x
+
+
+def _relu_(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0, out=out)
+
+
 def image_layout(shape: Sequence[int], layout: str = "auto") -> tuple[tuple[int, int, int], bool]:
     """``((C, H, W), channels_last)`` of an image observation of ``shape``. ``layout`` 'auto'
     reads a shape as channels last (HWC) when its last size is no larger than its first
@@ -215,11 +280,66 @@ class ActorCritic(nn.Module):
         ent = sum(di.entropy() for di in d)
         return logp, ent  # type: ignore[return-value]
 
-    @torch.inference_mode()
     def act(self, obs: torch.Tensor, deterministic: bool = False, masks: torch.Tensor | None = None,
             critic_obs: torch.Tensor | None = None, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``;
-        the value is None with ``with_value=False`` (a caller that evaluates the critic later, batched)."""
+        the value is None with ``with_value=False`` (a caller that evaluates the critic later, batched).
+
+        A plain MLP actor on the CPU, on a small input, runs in numpy (:class:`NumpyMLP`); anything else in torch:
+        the same distribution either way, the noise drawn from a numpy generator seeded from torch's."""
+        fast = self._numpy_actor() if obs.numel() <= NUMPY_ACT_MAX_VALUES else None
+        if fast is None or obs.device.type != "cpu":
+            return self._act_torch(obs, deterministic, masks, critic_obs, with_value)
+        out = fast(obs.detach().numpy())
+        rng = self._rng
+        if self.head.kind == "box":
+            log_std = fast.extra[0]
+            eps = (np.zeros_like(out) if deterministic else rng.standard_normal(out.shape, dtype=np.float32))
+            a = out + np.exp(log_std) * eps
+            logp = -0.5 * (eps * eps).sum(-1) - (float(log_std.sum()) + _HALF_LOG_2PI * out.shape[-1])
+        else:
+            if masks is not None and masks.shape[-1] > 0:
+                out = np.where(masks.numpy() > 0, out, np.float32(-1e8))
+            picks, logp = [], np.zeros(out.shape[0], np.float32)
+            at = 0
+            for n in self.head.nvec:
+                chunk = out[:, at:at + n]
+                at += n
+                top = chunk.max(-1, keepdims=True)
+                log_probs = chunk - (top + np.log(np.exp(chunk - top).sum(-1, keepdims=True)))
+                if deterministic:
+                    pick = log_probs.argmax(-1)
+                else:  # Gumbel-max: argmax of log p + G samples from p
+                    u = rng.random(log_probs.shape, dtype=np.float32)
+                    np.clip(u, 1e-20, 1.0, out=u)
+                    pick = (log_probs - np.log(-np.log(u))).argmax(-1)
+                picks.append(pick)
+                logp += np.take_along_axis(log_probs, pick[:, None], -1)[:, 0]
+            a = np.stack(picks, -1).astype(np.float32)
+        v = None
+        if with_value:
+            with torch.inference_mode():
+                v = self.value(obs, critic_obs).numpy()
+        return a.astype(np.float32, copy=False), logp.astype(np.float32, copy=False), v
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()  # the numpy views and generator are rebuilt on first use
+        state.pop("_fast_actor", None)
+        state.pop("_rng", None)
+        return state
+
+    def _numpy_actor(self) -> NumpyMLP | None:
+        fast = self.__dict__.get("_fast_actor", False)
+        if fast is False:  # first call: decide once (the actor's kind never changes)
+            fast = NumpyMLP.build(self.actor, [self.log_std] if self.head.kind == "box" else [])
+            self.__dict__["_fast_actor"] = fast
+            # A numpy generator per policy, seeded from torch's: torch.manual_seed still fixes a run.
+            self.__dict__["_rng"] = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+        return fast if fast is not None and fast.fresh() else None
+
+    @torch.inference_mode()
+    def _act_torch(self, obs: torch.Tensor, deterministic: bool = False, masks: torch.Tensor | None = None,
+                   critic_obs: torch.Tensor | None = None, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if self.head.kind == "box":
             # Written out rather than through torch.distributions.Normal: this runs once per env
             # step in every worker, and the distribution object costs more than the maths.

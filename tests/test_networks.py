@@ -77,3 +77,65 @@ def test_reward_scope_global_merges_and_worker_scope_does_not(tmp_path):
         else:
             assert merged == 0
             assert workers[0].scalers['control'].stats.count == pytest.approx(256 + 1e-4)  # its own two rollouts, over Gymnasium's prior
+
+
+# ----------------------------------------------------------------------------- numpy inference
+
+SPACES = [gym.spaces.Box(-2.0, 2.0, (3,)), gym.spaces.Discrete(4, start=1), gym.spaces.MultiDiscrete([3, 2])]
+IDS = ["box", "discrete", "multidiscrete"]
+
+
+@pytest.mark.parametrize("space", SPACES, ids=IDS)
+def test_numpy_act_is_the_torch_act(space):
+    """A small MLP acts in numpy: its modes are torch's, and its log-probs are what the learner
+    (torch) computes for the same actions; a wide input goes through torch."""
+    torch.manual_seed(1)
+    net = ActorCritic(5, space, activation="relu")
+    assert net._numpy_actor() is not None
+    obs = torch.randn(6, 5)
+    a, logp, v = net.act(obs)
+    ref_logp, _ = net.log_prob_entropy(obs, torch.as_tensor(a))
+    np.testing.assert_allclose(logp, ref_logp.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(v, net.value(obs).detach().numpy(), rtol=1e-6)
+    np_mode, np_logp, _ = net.act(obs, deterministic=True)
+    t_mode, t_logp, _ = net._act_torch(obs, deterministic=True)
+    np.testing.assert_allclose(np_mode, t_mode, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np_logp, t_logp, rtol=1e-5, atol=1e-5)
+    # Samples follow the distribution: a state where one action is far more likely picks it most.
+    if space.__class__ is gym.spaces.Discrete:
+        with torch.no_grad():
+            net.actor[-1].bias.copy_(torch.tensor([0.0, 3.0, 0.0, 0.0]))
+        picks, _, _ = net.act(torch.zeros(4000, 5))  # 20,000 values: torch's path
+        small, _, _ = net.act(torch.zeros(1000, 5))  # 5,000: numpy's
+        for arr in (picks, small):
+            assert 0.80 < (arr[:, 0] == 1).mean() < 0.90  # softmax([0, 3, 0, 0])[1] = 0.87
+
+
+def test_numpy_act_honours_masks():
+    net = ActorCritic(3, gym.spaces.Discrete(4))
+    masks = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1]] * 50, dtype=torch.float32)
+    a, logp, _ = net.act(torch.randn(100, 3), masks=masks)
+    assert set(a[::2, 0].tolist()) == {1.0} and set(a[1::2, 0].tolist()) <= {0.0, 3.0}
+    assert np.allclose(logp[::2], 0.0, atol=1e-5)
+
+
+def test_numpy_act_sees_new_weights_and_moved_storage():
+    torch.manual_seed(2)
+    net, other = ActorCritic(4, gym.spaces.Box(-5, 5, (2,))), ActorCritic(4, gym.spaces.Box(-5, 5, (2,)))
+    obs = torch.randn(3, 4)
+    before, _, _ = net.act(obs, deterministic=True)
+    net.load_state_dict(other.state_dict())  # in place: the numpy views follow
+    after, _, _ = net.act(obs, deterministic=True)
+    np.testing.assert_allclose(after, other._act_torch(obs, deterministic=True)[0], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(before, after)
+    net.actor[0].weight.data = torch.zeros_like(net.actor[0].weight)  # new storage: views rebuilt
+    moved, _, _ = net.act(obs, deterministic=True)
+    np.testing.assert_allclose(moved, net._act_torch(obs, deterministic=True)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_act_is_seeded_by_torch():
+    def draw():
+        torch.manual_seed(7)
+        net = ActorCritic(4, gym.spaces.Box(-1, 1, (2,)))
+        return net.act(torch.ones(5, 4))[0]
+    np.testing.assert_array_equal(draw(), draw())
