@@ -183,6 +183,48 @@ def sampling_steps_per_s(cfg_dict: dict, layer: str = "control", seconds: float 
             "per_proc_agent_steps_per_s": [round(a, 1) for _, a in per_proc]}
 
 
+def raw_and_sampling(raw_fn, sampling_fn, rounds: int, key: str) -> tuple[dict, dict]:
+    """The raw limit and hdppo's sampling measured in alternation, ``rounds`` times each
+    (raw, sampling, raw, sampling, ...), rather than one long run of each minutes apart: this
+    VM's speed drifts by 20-30% within minutes, and the share of raw is a ratio of the two.
+
+    ``raw_fn()`` and ``sampling_fn()`` each run one round and return a measurement dict; ``key``
+    is the rate the share is of. Returns (raw, sampling): each the mean of its rounds (rates
+    averaged, the other fields of the first round), the sampling one with ``share_rounds``, the
+    share measured in each round against the raw round just before it."""
+    raws, samps = [], []
+    for _ in range(max(1, rounds)):
+        raws.append(raw_fn())
+        samps.append(sampling_fn())
+    failed = [m for m in raws + samps if "error" in m]
+    if failed:  # recorded as a failure, as safe() records one
+        return (next((m for m in raws if "error" in m), _mean_rounds(raws)),
+                next((m for m in samps if "error" in m), _mean_rounds(samps)))
+    raw, samp = _mean_rounds(raws), _mean_rounds(samps)
+    samp["share_rounds"] = [ratio(rate(s, key) or rate(s), rate(r, key) or rate(r)) for r, s in zip(raws, samps)]
+    return raw, samp
+
+
+def _mean_rounds(rounds: list[dict]) -> dict:
+    out = dict(rounds[0])
+    for k, v in rounds[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("_per_s"):
+            out[k] = round(statistics.fmean(r[k] for r in rounds), 1)
+        elif isinstance(v, list) and k.startswith("per_proc"):
+            out[k] = [round(statistics.fmean(r[k][i] for r in rounds), 1) for i in range(len(v))]
+    out["rounds"] = len(rounds)
+    return out
+
+
+def share_cell(samp: dict | None, share: float | None) -> str:
+    """The share of raw, with the range of its rounds where there were several."""
+    rounds = [x for x in (samp or {}).get("share_rounds") or [] if x is not None]
+    text = fmt(share, pct=True)
+    if len(rounds) > 1:
+        text += f" (rounds {100 * min(rounds):.0f}-{100 * max(rounds):.0f}%)"
+    return text
+
+
 # ----------------------------------------------------------------------------- plumbing
 
 def add_budget_args(ap, stem: str, parts: tuple[str, ...], iterations: int, warmup: int,
@@ -193,6 +235,8 @@ def add_budget_args(ap, stem: str, parts: tuple[str, ...], iterations: int, warm
     ap.add_argument("--raw-seconds", type=float, default=raw_seconds, help=f"raw-limit run per env (default {raw_seconds})")
     ap.add_argument("--sample-seconds", type=float, default=sample_seconds,
                     help=f"sampling run per env (default {sample_seconds})")
+    ap.add_argument("--rounds", type=int, default=3, help="raw limit and sampling alternate this many times, "
+                    "each round a share of their seconds (default 3; see raw_and_sampling)")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(parts)}")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 timed iteration after 1 warm-up, 2 s raw "
                     "and sampling (numbers not meaningful)")
@@ -203,7 +247,7 @@ def add_budget_args(ap, stem: str, parts: tuple[str, ...], iterations: int, warm
 def budget(args, stem: str) -> tuple[set[str], str]:
     """Applies ``--quick``; returns the parts to skip and the output stem."""
     if args.quick:
-        args.iterations, args.warmup, args.raw_seconds, args.sample_seconds = 1, 1, 2.0, 2.0
+        args.iterations, args.warmup, args.raw_seconds, args.sample_seconds, args.rounds = 1, 1, 2.0, 2.0, 1
     skip = {p.strip() for p in args.skip.split(",") if p.strip()}
     return skip, args.out or (f"{stem}_quick" if args.quick else stem)
 
@@ -266,7 +310,7 @@ def header(title: str, report: dict) -> list[str]:
 def budget_sentence(st: dict) -> str:
     return (f"{st['iterations']} timed iterations after {st['warmup']} warm-up. Raw limit: {st['raw_seconds']} s, "
             f"one process per core, random actions. Sampling: {st['sample_seconds']} s, one RolloutWorker per "
-            "process, no learner.")
+            f"process, no learner. The two alternate in {st.get('rounds', 1)} round(s), each a share of those seconds.")
 
 
 def join_md(lines: list[str]) -> str:

@@ -44,8 +44,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import (PPOSettings, add_budget_args, budget, budget_sentence, command_line, errors_section, fmt, fmt_ratio, hdppo_config,  # noqa: E402
-                    hdppo_layer, header, join_md, met, rate, ratio, safe, sampling_steps_per_s,
-                    throughput_from_metrics, write_report)
+                    hdppo_layer, header, join_md, met, rate, ratio, raw_and_sampling, safe, sampling_steps_per_s,
+                    share_cell, throughput_from_metrics, write_report)
 from machine import machine_info  # noqa: E402
 from raw_env_limit import raw_pettingzoo_steps_per_s  # noqa: E402
 
@@ -155,7 +155,7 @@ def render_markdown(report: dict) -> str:
     for name, e in report["results"].items():
         s = e["summary"]
         lines.append(f"| {name} | {fmt(rate(e.get('raw')))} | {fmt(rate(e.get('raw'), 'agent_steps_per_s'))} | "
-                     f"{fmt(rate(e.get('sampling'), 'agent_steps_per_s'))} | {fmt(s['sampling_over_raw'], pct=True)} | "
+                     f"{fmt(rate(e.get('sampling'), 'agent_steps_per_s'))} | {share_cell(e.get('sampling'), s['sampling_over_raw'])} | "
                      f">= {100 * TARGET_SAMPLING_VS_RAW:.0f}%: {met(s['sampling_over_raw'], TARGET_SAMPLING_VS_RAW)} |")
     lines += [
         "",
@@ -205,10 +205,16 @@ def main(argv: list[str] | None = None) -> int:
         #    sampling, and hdppo (each `hdppo train` starts and stops its own Ray).
         for n in names:
             task, s, e = TASKS[n], settings[n], results[n]
-            if "raw" not in skip:
+            if "raw" not in skip and "sampling" not in skip:
+                e["raw"], e["sampling"] = raw_and_sampling(
+                    lambda: safe("multiagent", f"{n} raw limit", raw_pettingzoo_steps_per_s, task.module, task.kwargs,
+                                 seconds=args.raw_seconds / args.rounds, procs=s.num_workers),
+                    lambda: safe("multiagent", f"{n} hdppo sampling", sampling, task, s, args.sample_seconds / args.rounds),
+                    args.rounds, "agent_steps_per_s")
+            elif "raw" not in skip:
                 e["raw"] = safe("multiagent", f"{n} raw limit", raw_pettingzoo_steps_per_s,
                                 task.module, task.kwargs, seconds=args.raw_seconds, procs=s.num_workers)
-            if "sampling" not in skip:
+            elif "sampling" not in skip:
                 e["sampling"] = safe("multiagent", f"{n} hdppo sampling", sampling, task, s, args.sample_seconds)
             if "hdppo" not in skip:
                 e["hdppo"] = safe("multiagent", f"{n} hdppo training", hdppo_training, n, task, s, args.iterations,
@@ -243,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": info,
         "command": command_line(argv),
         "settings": {"envs": {n: dataclasses.asdict(TASKS[n]) for n in names}, "quick": args.quick,
-                     "iterations": args.iterations, "warmup": args.warmup, "raw_seconds": args.raw_seconds,
+                     "iterations": args.iterations, "warmup": args.warmup, "raw_seconds": args.raw_seconds, "rounds": args.rounds,
                      "sample_seconds": args.sample_seconds, "old_commit": args.old_commit, "ray_cpus": RAY_CPUS,
                      "hdppo_set": args.hdppo_set, "skipped": sorted(skip),
                      "ppo": {n: s.as_dict() for n, s in settings.items()},

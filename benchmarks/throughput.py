@@ -54,8 +54,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import (PPOSettings, add_budget_args, budget, budget_sentence, command_line, errors_section, fmt, fmt_ratio, hdppo_config,  # noqa: E402
-                    hdppo_layer, header, join_md, met, rate, ratio, safe, sampling_steps_per_s,
-                    throughput_from_metrics, write_report)
+                    hdppo_layer, header, join_md, met, rate, ratio, raw_and_sampling, safe, sampling_steps_per_s,
+                    share_cell, throughput_from_metrics, write_report)
 from machine import machine_info  # noqa: E402
 
 SETTINGS = PPOSettings()  # 2 workers x 4 envs, batch 4000, minibatch 512, 5 epochs
@@ -177,7 +177,7 @@ def render_markdown(report: dict) -> str:
               "|---|---:|---|" + "---:|---|" * len(HIERARCHIES)]
     for env_id, e in report["results"].items():
         r = e["ratios"]
-        lines.append(f"| {env_id} | {fmt(r['sampling_over_raw'], pct=True)} | "
+        lines.append(f"| {env_id} | {share_cell(e.get('sampling'), r['sampling_over_raw'])} | "
                      f"{met(r['sampling_over_raw'], TARGET_SAMPLING_VS_RAW)} | "
                      + "".join(f"{fmt(r[f'hier_{h}_over_flat'], pct=True)} | "
                                f"{met(r[f'hier_{h}_over_flat'], TARGET_HIER_VS_FLAT)} | " for h in HIERARCHIES).rstrip())
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine_info()
     settings = {"envs": envs, "hier_envs": sorted(hier_envs), "iterations": args.iterations, "warmup": args.warmup,
-                "raw_seconds": args.raw_seconds, "sample_seconds": args.sample_seconds, "quick": args.quick,
+                "raw_seconds": args.raw_seconds, "rounds": args.rounds, "sample_seconds": args.sample_seconds, "quick": args.quick,
                 **SETTINGS.as_dict(), "describe": SETTINGS.describe(), "ray_cpus": RAY_CPUS,
                 "sb3_vec_env": "dummy", "skipped": sorted(skip)}
     results: dict[str, dict] = {e: {} for e in envs}
@@ -209,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     # 1. Before Ray exists, so that no idle Ray process competes for the cores: the raw limit,
     #    sampling (its own processes) and SB3 (in this process).
     for env_id in envs:
-        if "raw" not in skip:
-            from raw_env_limit import raw_env_steps_per_s
+        from raw_env_limit import raw_env_steps_per_s
+        if "raw" not in skip and "sampling" not in skip:
+            results[env_id]["raw"], results[env_id]["sampling"] = raw_and_sampling(
+                lambda: safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
+                             seconds=args.raw_seconds / args.rounds),
+                lambda: safe("throughput", f"{env_id} hdppo sampling", sampling, env_id, args.sample_seconds / args.rounds),
+                args.rounds, "env_steps_per_s")
+        elif "raw" not in skip:
             results[env_id]["raw"] = safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
                                           seconds=args.raw_seconds)
-        if "sampling" not in skip:
+        elif "sampling" not in skip:
             results[env_id]["sampling"] = safe("throughput", f"{env_id} hdppo sampling", sampling, env_id,
                                                args.sample_seconds)
         if "sb3" not in skip:

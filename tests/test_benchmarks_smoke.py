@@ -44,6 +44,27 @@ def test_throughput_from_metrics(tmp_path):
     assert common.throughput_from_metrics(path, warmup=1)["layer"] == "control"  # the first layer logged
 
 
+def test_raw_and_sampling_alternate_and_share_per_round():
+    """The raw limit and sampling run in turns; each round's share is of the raw round before it."""
+    order, raws, samps = [], iter([100.0, 200.0, 150.0]), iter([60.0, 100.0, 90.0])
+
+    def raw():
+        order.append("raw")
+        return {"steps_per_s": next(raws), "procs": 2, "per_proc": [40.0, 60.0]}
+
+    def samp():
+        order.append("sampling")
+        return {"env_steps_per_s": next(samps), "procs": 2}
+
+    r, s = common.raw_and_sampling(raw, samp, 3, "env_steps_per_s")
+    assert order == ["raw", "sampling"] * 3
+    assert r["steps_per_s"] == 150.0 and s["env_steps_per_s"] == pytest.approx(83.3, abs=0.1) and r["rounds"] == 3
+    assert s["share_rounds"] == [0.6, 0.5, 0.6]
+    assert common.share_cell(s, 0.556) == "56% (rounds 50-60%)"
+    r, s = common.raw_and_sampling(lambda: {"error": "boom"}, lambda: {"env_steps_per_s": 1.0}, 2, "env_steps_per_s")
+    assert r == {"error": "boom"} and s["env_steps_per_s"] == 1.0 and "share_rounds" not in s
+
+
 def test_markdown_with_missing_and_failed_parts():
     results = {"simple_spread_v3": {"raw": {"env_steps_per_s": 100.0, "agent_steps_per_s": 300.0},
                                     "sampling": {"env_steps_per_s": 70.0, "agent_steps_per_s": 210.0},
