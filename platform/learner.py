@@ -30,6 +30,7 @@ from ..policies.normalizers import RunningStats
 from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
 from ..policies.schedules import linear
 from ..policies.staleness import staleness_weights
+from .threads import thread_count, use_threads
 
 
 class Learner:
@@ -37,7 +38,8 @@ class Learner:
                  service: Any, backend_name: str = "local", critic_dim: int | None = None,
                  env_step_budget: int | None = None, num_threads: int = 1, device: str = "cpu",
                  encoder: dict | None = None):
-        torch.set_num_threads(num_threads)
+        self.threads = thread_count(num_threads)
+        use_threads(self.threads)
         torch.manual_seed(cfg.train.seed)
         self.cfg = cfg
         self.layer = cfg.layers[layer] if isinstance(layer, int) else cfg.layer(layer)
@@ -178,6 +180,7 @@ class Learner:
 
     def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> UpdateResult:
         t0 = time.perf_counter()
+        use_threads(self.threads)
         fresh, lags, stale = self._fresh_samples(self._mine(rollouts))
         dropped = len(stale)
         if not fresh:

@@ -26,6 +26,7 @@ from .batch import Batch, Rollout, RolloutStats
 from .config import Config, worker_quota
 from .diagnostics import moments
 from .messages import GradientResult
+from .threads import use_threads
 
 # The attribute a failed ``sample`` call's exception carries: per recorded layer, the ids of the
 # samples its rollout had collected, lost with it (the group counts them as failed).
@@ -41,7 +42,7 @@ from ..policies.schedules import linear
 class RolloutWorker:
     def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any,
                  uid: int | None = None):
-        torch.set_num_threads(1)  # many workers share a machine; one thread each avoids oversubscription
+        use_threads(1)  # many workers share a machine; one thread each avoids oversubscription
         # Envs may read which worker made them (e.g. to vary conditions per worker). A Ray actor
         # is its own process; on the local backend the last worker made wins.
         os.environ[WORKER_INDEX_VAR] = str(worker_index)
@@ -124,6 +125,7 @@ class RolloutWorker:
         """One rollout per recorded layer, with the newest weights; GAE on this worker. With
         ``sync: soft`` newer weights are also adopted inside the rollout, every
         ``refresh_every`` env steps; each sample keeps the version that chose it."""
+        use_threads(1)  # one thread per worker (a local-backend learner in this process may have set more)
         self._pull()
         t0 = time.perf_counter()
         quota = {name: worker_quota(self.cfg.layer(name), self.num_workers) for name in self.layers}
@@ -209,6 +211,7 @@ class RolloutWorker:
                  adv_mean: float, adv_std: float, entropy_coeff: float,
                  layer: str | None = None) -> GradientResult:
         """Gradient of the mean loss on this worker's share of minibatch ``minibatch`` of ``epoch``."""
+        use_threads(1)
         name = layer or self.layers[0]
         batch = self._last[name]
         policy = self.policies[name]
