@@ -300,7 +300,7 @@ class LearnerConfig(_Strict):
         1, description="torch threads of a CPU learner. 'auto': every core of the learner's machine (at most 8) "
         "when it is the run's only learner and its sync mode stops the workers during the update (sync 'sync': "
         "the cores are otherwise idle), else 1. Not the default: where anything else keeps a core busy (another "
-        "run, a loaded host), a two-thread update was measured 7-15x slower than one thread, each thread waiting "
+        "run, a loaded host), a two-thread minibatch was measured 6-17x slower than one thread, each thread waiting "
         "for the other's core.")
 
     @field_validator("num_threads")
