@@ -1,0 +1,86 @@
+"""The engine-array MAgent2 env against the PettingZoo dict path it replaces, step for step."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("magent2")
+
+from hdppo.envs.builtin.magent import attack_nearest  # noqa: E402
+from hdppo.envs.builtin.magent_vector import MAgentVector  # noqa: E402
+from hdppo.envs.check import check_target  # noqa: E402
+from hdppo.platform.config import validate  # noqa: E402
+from hdppo.envs.errors import EnvError  # noqa: E402
+from hdppo.envs.vector import make_vector_env  # noqa: E402
+
+
+def _pair(env: str, kwargs: dict, n: int = 2, seed: int = 5):
+    native = MAgentVector(n, None, env=env, **kwargs)
+    dicts = make_vector_env("pettingzoo", f"magent2.environments.{env}", None, dict(kwargs), None, n)
+    for c in dicts.copies:  # magent2's reset counts the teams before placing them (see the module docstring)
+        c.env.reset = _counted(c.env)
+    return native, dicts, native.reset(seed), dicts.reset(seed)
+
+
+def y_alive(venv, i: int, agent: str) -> bool:
+    return bool(venv._alive[i, venv.slot[agent]])
+
+
+def _counted(env):
+    reset = env.reset
+
+    def fixed(*args, **kwargs):
+        out = reset(*args, **kwargs)
+        env.team_sizes = [env.env.get_num(h) for h in env.handles]
+        return out
+    return fixed
+
+
+@pytest.mark.parametrize("env,kwargs", [("battle_v4", {"map_size": 12, "max_cycles": 40}),
+                                        ("battle_v4", {"map_size": 15, "max_cycles": 30, "extra_features": True}),
+                                        ("combined_arms_v6", {"map_size": 16, "max_cycles": 30})],
+                         ids=["battle", "extra_features", "combined_arms"])
+def test_native_steps_agree_with_the_pettingzoo_path(env, kwargs):
+    native, dicts, a, b = _pair(env, kwargs)
+    assert native.agents == dicts.agents and native.obs_dim == dicts.obs_dim
+    np.testing.assert_array_equal(a.obs, b.obs)
+    np.testing.assert_array_equal(a.alive, b.alive)
+    rng = np.random.default_rng(0)
+    deaths = ends = 0
+    for t in range(100):
+        # The scripted attacker of hdppo.envs.builtin.magent on every unit, so that units die
+        # within the test's steps; read from the dict path's observations.
+        actions = np.zeros((2, len(native.agents)), np.int64)
+        for i in range(2):
+            alive = {a: o for a, o in dicts.raw_obs(i).items() if y_alive(dicts, i, a)}
+            for a, act in attack_nearest(alive, dicts.copy_env(i), rng).items():
+                actions[i, dicts.slot[a]] = act
+        x, y = native.step(actions), dicts.step(actions)
+        for field in ("obs", "alive", "acting", "masks", "rewards", "terminated", "truncated", "episode_end"):
+            np.testing.assert_array_equal(getattr(x, field), getattr(y, field), err_msg=f"{field} at step {t}")
+        ended = x.terminated | x.truncated | x.episode_end[:, None]
+        np.testing.assert_array_equal(x.final_obs[ended], y.final_obs[ended], err_msg=f"final_obs at step {t}")
+        assert [(e[1], e[2]) for e in x.episodes] == [(e[1], e[2]) for e in y.episodes]
+        np.testing.assert_allclose([e[0] for e in x.episodes], [e[0] for e in y.episodes], rtol=1e-6)
+        deaths += int(x.terminated.sum())
+        ends += int(x.episode_end.sum())
+    assert deaths > 0 and ends >= 2  # the test saw units die (or a game won) and copies reset
+
+
+def test_state_and_a_training_config(tmp_path):
+    native = MAgentVector(2, 0, env="battle_v4", map_size=12)
+    native.want_state = True
+    first = native.reset()
+    assert first.state.shape == (2, native.state_dim)
+    cfg = {"name": "native-battle", "env": {"type": "vector", "entry_point": "hdppo.envs.builtin.magent_vector:make_vector",
+                                            "kwargs": {"env": "battle_v4", "map_size": 12, "max_cycles": 20}},
+           "layers": [{"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 1},
+                       "dppo": {"num_workers": 1, "num_envs_per_worker": 2, "train_batch_size": 256}}],
+           "train": {"total_env_steps": 64, "eval_episodes": 1}, "ray": {"backend": "local"}}
+    report = check_target(validate(cfg).env, steps=50)
+    assert "magent2.battle_v4" in report or "vector" in report
+
+
+def test_an_unknown_env_is_a_clear_error():
+    with pytest.raises(EnvError, match="battle_v4"):
+        MAgentVector(1, None, env="no_such_env_v0")
