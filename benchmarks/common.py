@@ -183,26 +183,33 @@ def sampling_steps_per_s(cfg_dict: dict, layer: str = "control", seconds: float 
             "per_proc_agent_steps_per_s": [round(a, 1) for _, a in per_proc]}
 
 
-def raw_and_sampling(raw_fn, sampling_fn, rounds: int, key: str) -> tuple[dict, dict]:
+def raw_and_sampling(raw_fn, sampling_fns: dict, rounds: int, key: str) -> tuple[dict, dict[str, dict]]:
     """The raw limit and hdppo's sampling measured in alternation, ``rounds`` times each
     (raw, sampling, raw, sampling, ...), rather than one long run of each minutes apart: this
     VM's speed drifts by 20-30% within minutes, and the share of raw is a ratio of the two.
 
-    ``raw_fn()`` and ``sampling_fn()`` each run one round and return a measurement dict; ``key``
-    is the rate the share is of. Returns (raw, sampling): each the mean of its rounds (rates
-    averaged, the other fields of the first round), the sampling one with ``share_rounds``, the
-    share measured in each round against the raw round just before it."""
-    raws, samps = [], []
+    ``raw_fn()`` and each of ``sampling_fns`` (name -> fn: several ways of sampling the same env)
+    run one round and return a measurement dict; ``key`` is the rate the share is of. Returns
+    (raw, {name: sampling}): each the mean of its rounds (rates averaged, the other fields of the
+    first round), a sampling one with ``share_rounds``, the share measured in each round against
+    the raw round just before it."""
+    raws: list[dict] = []
+    samps: dict[str, list[dict]] = {name: [] for name in sampling_fns}
     for _ in range(max(1, rounds)):
         raws.append(raw_fn())
-        samps.append(sampling_fn())
-    failed = [m for m in raws + samps if "error" in m]
-    if failed:  # recorded as a failure, as safe() records one
-        return (next((m for m in raws if "error" in m), _mean_rounds(raws)),
-                next((m for m in samps if "error" in m), _mean_rounds(samps)))
-    raw, samp = _mean_rounds(raws), _mean_rounds(samps)
-    samp["share_rounds"] = [ratio(rate(s, key) or rate(s), rate(r, key) or rate(r)) for r, s in zip(raws, samps)]
-    return raw, samp
+        for name, fn in sampling_fns.items():
+            samps[name].append(fn())
+    raw = next((m for m in raws if "error" in m), None) or _mean_rounds(raws)
+    out = {}
+    for name, ms in samps.items():
+        failed = next((m for m in ms if "error" in m), None)
+        if failed is not None:  # recorded as a failure, as safe() records one
+            out[name] = failed
+            continue
+        out[name] = _mean_rounds(ms)
+        if "error" not in raw:
+            out[name]["share_rounds"] = [ratio(rate(m, key) or rate(m), rate(r, key) or rate(r)) for r, m in zip(raws, ms)]
+    return raw, out
 
 
 def _mean_rounds(rounds: list[dict]) -> dict:

@@ -13,6 +13,10 @@ For MPE ``simple_spread_v3`` (N=3, discrete actions, 25 cycles) and MAgent2 ``ba
 * ``old``      -- (battle_v4) the same training with the hdppo of commit ``--old-commit``
                   (before issue 9), unpacked to a temp dir and imported in place of this tree
                   (``old_commit.py``). Target: hdppo >= 3x old.
+* ``native_sampling``, ``native`` -- (battle_v4) the same sampling and training with the env read
+                  from MAgent2's engine arrays (``hdppo.envs.builtin.magent_vector``, env.type
+                  vector) instead of the PettingZoo dicts; the share of raw is still against the
+                  PettingZoo raw limit, which pays the dicts.
 * ``rllib``    -- RLlib PPO, new API stack, one module shared by all agents (``rllib_ppo.py``);
                   battle_v4's observations flattened to vectors for RLlib's MLP encoder.
                   Target (simple_spread_v3): hdppo >= 2.5x RLlib.
@@ -54,7 +58,7 @@ RAY_CPUS = 2
 TARGET_SAMPLING_VS_RAW = 0.6
 TARGET_VS_RLLIB = 2.5     # simple_spread_v3
 TARGET_VS_OLD = 3.0       # battle_v4
-PARTS = ("raw", "sampling", "hdppo", "old", "rllib")
+PARTS = ("raw", "sampling", "native_sampling", "hdppo", "native", "old", "rllib")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +71,15 @@ class Task:
     old: bool              # also train the old commit's hdppo
     target_vs_rllib: float | None
     target_vs_old: float | None
+    native: dict | None = None  # an env.type vector section over the same env, where hdppo has one
 
 
 TASKS = {
     "simple_spread_v3": Task("mpe2.simple_spread_v3", {"N": 3, "continuous_actions": False, "max_cycles": 25},
                              3, 4000, False, False, TARGET_VS_RLLIB, None),
-    "battle_v4": Task("magent2.environments.battle_v4", {"map_size": 20}, 24, 24000, True, True, None, TARGET_VS_OLD),
+    "battle_v4": Task("magent2.environments.battle_v4", {"map_size": 20}, 24, 24000, True, True, None, TARGET_VS_OLD,
+                      {"type": "vector", "entry_point": "hdppo.envs.builtin.magent_vector:make_vector",
+                       "kwargs": {"env": "battle_v4", "map_size": 20}}),
 }
 
 
@@ -83,8 +90,8 @@ def settings_for(task: Task, quick: bool, train_batch: int | None = None) -> PPO
     return s
 
 
-def hdppo_task_config(name: str, task: Task, s: PPOSettings, total_env_steps: int) -> dict:
-    env = {"type": "pettingzoo", "id": task.module, "kwargs": dict(task.kwargs)}
+def hdppo_task_config(name: str, task: Task, s: PPOSettings, total_env_steps: int, native: bool = False) -> dict:
+    env = dict(task.native) if native else {"type": "pettingzoo", "id": task.module, "kwargs": dict(task.kwargs)}
     return hdppo_config(f"bench-ma-{name}", env, [hdppo_layer(s)], total_env_steps, ray_cpus=RAY_CPUS)
 
 
@@ -98,22 +105,23 @@ def env_steps_per_update(task: Task, s: PPOSettings, raw: dict | None) -> float:
 
 
 def hdppo_training(name: str, task: Task, s: PPOSettings, iterations: int, warmup: int, tmp: Path,
-                   raw: dict | None, import_root: Path | None = None, overrides: list[str] | None = None) -> dict:
+                   raw: dict | None, import_root: Path | None = None, overrides: list[str] | None = None,
+                   native: bool = False) -> dict:
     from old_commit import hdppo_train
 
     total = math.ceil((warmup + iterations + 0.5) * env_steps_per_update(task, s, raw))
-    tag = "old" if import_root is not None else "hdppo"
+    tag = "old" if import_root is not None else ("native" if native else "hdppo")
     run_dir = tmp / f"{name}-{tag}"
-    info = hdppo_train(hdppo_task_config(name, task, s, total), run_dir, import_root, overrides)
+    info = hdppo_train(hdppo_task_config(name, task, s, total, native), run_dir, import_root, overrides)
     out = throughput_from_metrics(run_dir / "metrics.jsonl", warmup)
     out.update({"iterations_asked": iterations, "warmup": warmup, "total_env_steps": total,
                 "settings": s.as_dict(), **info})
     return out
 
 
-def sampling(task: Task, s: PPOSettings, seconds: float) -> dict:
+def sampling(task: Task, s: PPOSettings, seconds: float, native: bool = False) -> dict:
     # A config for one worker of the 2-worker training run (rollouts of the same length).
-    cfg = hdppo_task_config("sampling", task, s, 10**9)
+    cfg = hdppo_task_config("sampling", task, s, 10**9, native)
     cfg["ray"] = {"backend": "local"}
     out = sampling_steps_per_s(cfg, "control", seconds, procs=s.num_workers)
     out["seconds"] = seconds
@@ -126,6 +134,9 @@ def summarise(name: str, task: Task, e: dict) -> dict:
     vs_rllib = ratio(rate(h), rate(rl))
     vs_old = ratio(rate(h), rate(old))
     return {
+        "native_sampling_over_raw": ratio(rate(e.get("native_sampling"), "agent_steps_per_s"), rate(raw, "agent_steps_per_s")),
+        "native_over_old": ratio(rate(e.get("native")), rate(old)),
+        "native_over_hdppo": ratio(rate(e.get("native")), rate(h)),
         "sampling_over_raw": share,
         "sampling_target": TARGET_SAMPLING_VS_RAW,
         "hdppo_over_raw": ratio(rate(h), rate(raw)),
@@ -173,6 +184,19 @@ def render_markdown(report: dict) -> str:
             f"{fmt_ratio(s['hdppo_over_old'])} | {f'>= {t_old}x: ' + met(s['hdppo_over_old'], t_old) if t_old else '-'} | "
             f"{fmt_ratio(s['hdppo_over_rllib'])} | {f'>= {t_rl}x: ' + met(s['hdppo_over_rllib'], t_rl) if t_rl else '-'} | "
             f"{fmt(s['hdppo_over_raw'], pct=True)} | {h.get('sample_s_mean', 'n/a')} | {h.get('update_s_mean', 'n/a')} |")
+    natives = {n: e for n, e in report["results"].items() if e.get("native_sampling") or e.get("native")}
+    if natives:
+        lines += ["", "## The same env read from its engine's arrays (`hdppo.envs.builtin.magent_vector`, env.type vector)",
+                  "", "| env | sampling agent steps/s | share of the PettingZoo raw limit | target | training env steps/s | "
+                  "over the PettingZoo path | over old hdppo | target |", "|---|---:|---:|---|---:|---:|---:|---|"]
+        for name, e in natives.items():
+            s, t_old = e["summary"], e["summary"]["hdppo_over_old_target"]
+            lines.append(
+                f"| {name} | {fmt(rate(e.get('native_sampling'), 'agent_steps_per_s'))} | "
+                f"{share_cell(e.get('native_sampling'), s['native_sampling_over_raw'])} | "
+                f">= {100 * TARGET_SAMPLING_VS_RAW:.0f}%: {met(s['native_sampling_over_raw'], TARGET_SAMPLING_VS_RAW)} | "
+                f"{fmt(rate(e.get('native')))} | {fmt_ratio(s['native_over_hdppo'])} | {fmt_ratio(s['native_over_old'])} | "
+                f"{f'>= {t_old}x: ' + met(s['native_over_old'], t_old) if t_old else '-'} |")
     lines += errors_section(report["results"])
     lines += ["", "Notes: RLlib counts the train batch in agent steps too (`count_steps_by='agent_steps'`). "
               "battle_v4 agents die during an episode, so agent steps per env step fall below 24. Actor start-up "
@@ -206,11 +230,16 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             task, s, e = TASKS[n], settings[n], results[n]
             if "raw" not in skip and "sampling" not in skip:
-                e["raw"], e["sampling"] = raw_and_sampling(
+                ways = {"sampling": lambda: safe("multiagent", f"{n} hdppo sampling", sampling, task, s,
+                                                 args.sample_seconds / args.rounds)}
+                if task.native and "native_sampling" not in skip:
+                    ways["native_sampling"] = lambda: safe("multiagent", f"{n} hdppo sampling (native env)", sampling,
+                                                           task, s, args.sample_seconds / args.rounds, native=True)
+                e["raw"], got = raw_and_sampling(
                     lambda: safe("multiagent", f"{n} raw limit", raw_pettingzoo_steps_per_s, task.module, task.kwargs,
                                  seconds=args.raw_seconds / args.rounds, procs=s.num_workers),
-                    lambda: safe("multiagent", f"{n} hdppo sampling", sampling, task, s, args.sample_seconds / args.rounds),
-                    args.rounds, "agent_steps_per_s")
+                    ways, args.rounds, "agent_steps_per_s")
+                e.update(got)
             elif "raw" not in skip:
                 e["raw"] = safe("multiagent", f"{n} raw limit", raw_pettingzoo_steps_per_s,
                                 task.module, task.kwargs, seconds=args.raw_seconds, procs=s.num_workers)
@@ -219,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             if "hdppo" not in skip:
                 e["hdppo"] = safe("multiagent", f"{n} hdppo training", hdppo_training, n, task, s, args.iterations,
                                   args.warmup, tmp, e.get("raw"), overrides=args.hdppo_set)
+            if task.native and "native" not in skip:
+                e["native"] = safe("multiagent", f"{n} hdppo training (native env)", hdppo_training, n, task, s,
+                                   args.iterations, args.warmup, tmp, e.get("raw"), overrides=args.hdppo_set, native=True)
         if "old" not in skip and any(TASKS[n].old for n in names):
             from old_commit import old_tree
             with old_tree(args.old_commit) as root:

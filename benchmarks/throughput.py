@@ -211,11 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     for env_id in envs:
         from raw_env_limit import raw_env_steps_per_s
         if "raw" not in skip and "sampling" not in skip:
-            results[env_id]["raw"], results[env_id]["sampling"] = raw_and_sampling(
+            results[env_id]["raw"], out = raw_and_sampling(
                 lambda: safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
                              seconds=args.raw_seconds / args.rounds),
-                lambda: safe("throughput", f"{env_id} hdppo sampling", sampling, env_id, args.sample_seconds / args.rounds),
+                {"sampling": lambda: safe("throughput", f"{env_id} hdppo sampling", sampling, env_id,
+                                          args.sample_seconds / args.rounds)},
                 args.rounds, "env_steps_per_s")
+            results[env_id]["sampling"] = out["sampling"]
         elif "raw" not in skip:
             results[env_id]["raw"] = safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
                                           seconds=args.raw_seconds)

@@ -56,13 +56,15 @@ def test_raw_and_sampling_alternate_and_share_per_round():
         order.append("sampling")
         return {"env_steps_per_s": next(samps), "procs": 2}
 
-    r, s = common.raw_and_sampling(raw, samp, 3, "env_steps_per_s")
+    r, out = common.raw_and_sampling(raw, {"sampling": samp}, 3, "env_steps_per_s")
+    s = out["sampling"]
     assert order == ["raw", "sampling"] * 3
     assert r["steps_per_s"] == 150.0 and s["env_steps_per_s"] == pytest.approx(83.3, abs=0.1) and r["rounds"] == 3
     assert s["share_rounds"] == [0.6, 0.5, 0.6]
     assert common.share_cell(s, 0.556) == "56% (rounds 50-60%)"
-    r, s = common.raw_and_sampling(lambda: {"error": "boom"}, lambda: {"env_steps_per_s": 1.0}, 2, "env_steps_per_s")
-    assert r == {"error": "boom"} and s["env_steps_per_s"] == 1.0 and "share_rounds" not in s
+    r, out = common.raw_and_sampling(lambda: {"error": "boom"}, {"sampling": lambda: {"env_steps_per_s": 1.0}}, 2,
+                                     "env_steps_per_s")
+    assert r == {"error": "boom"} and out["sampling"]["env_steps_per_s"] == 1.0 and "share_rounds" not in out["sampling"]
 
 
 def test_markdown_with_missing_and_failed_parts():
