@@ -36,7 +36,6 @@ Writes benchmarks/results/combined_arms.{json,md} (``--quick``: combined_arms_qu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -49,7 +48,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
-from common import shrink  # noqa: E402
+from common import save_files, shrink  # noqa: E402
 from skirmish import checkpoint_steps, outcome_table, pct, records  # noqa: E402
 
 TARGET_VS_RANDOM = 0.95          # issue 11, item 6
@@ -227,8 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                               "notes": args.note, "trained": {}}
 
     def save() -> None:
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-        out.with_suffix(".md").write_text(render_markdown(report))
+        save_files(out, report, render_markdown(report))
 
     if not args.skip_scripted:
         report["scripted"] = [{"red": red, "blue": blue} | play_scripted(red, blue, games, kwargs)

@@ -339,11 +339,17 @@ def errors_section(results: dict) -> list[str]:
                                   for env_id, k, msg in errors]
 
 
+def save_files(out: Path, report: dict, markdown: str) -> None:
+    """``out``.json (the report) and ``out``.md (its table), the folder made if need be."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    out.with_suffix(".md").write_text(markdown)
+
+
 def write_report(stem: str, report: dict, markdown: str, tag: str) -> None:
     out_dir = HERE / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (out_dir / f"{stem}.md").write_text(markdown)
+    save_files(out_dir / stem, report, markdown)
     print()
     print(markdown)
     print(f"[{tag}] wrote {out_dir / (stem + '.json')} and {out_dir / (stem + '.md')}")

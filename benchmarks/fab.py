@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from common import save_files  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 METRICS = ("mean_tardiness_h", "tardy_fraction", "mean_cycle_time_h", "throughput_lots_per_day")
@@ -195,9 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "checkpoint": res["checkpoint"], "runs": res["runs"]}
             print(f"{sc} {name}: tardiness {pt:.2f} h vs best rule {bt:.2f} h, throughput {pq:.2f} vs {bq:.2f}", flush=True)
         report["scenarios"][sc] = block
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    out.with_suffix(".md").write_text(render(report))
+    save_files(out, report, render(report))
     print(render(report))
     return 0
 

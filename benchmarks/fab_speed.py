@@ -29,6 +29,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from common import save_files  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 
@@ -95,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"machine": machine_info(), "rows": rows,
               "command": "python benchmarks/fab_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    out.with_suffix(".md").write_text(render(report))
+    save_files(out, report, render(report))
     print(render(report))
     return 0
 

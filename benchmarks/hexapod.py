@@ -32,7 +32,6 @@ Writes benchmarks/results/hexapod.{json,md}.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import train_preset, wilson  # noqa: E402
+from common import save_files, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 CONFIGS = {"highway": "highway.yaml", "roundabout": "highway_roundabout_hierarchy.yaml"}
@@ -165,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": vars(args), "notes": args.note, "trained": {}}
 
     def save() -> None:
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-        out.with_suffix(".md").write_text(render_markdown(report))
+        save_files(out, report, render_markdown(report))
 
     for name in CONFIGS:
         if name not in parts:

@@ -282,7 +282,7 @@ def loads(r: dict) -> str:
 
 def render_markdown(report: dict) -> str:
     st, summ = report["settings"], report["summary"]
-    lines = [f"# Pixels side by side: MinAtar Breakout, hdppo PPO vs Stable-Baselines3 PPO", "",
+    lines = ["# Pixels side by side: MinAtar Breakout, hdppo PPO vs Stable-Baselines3 PPO", "",
              "**Smoke run (`--quick`): numbers are not meaningful.**" if st["quick"] else "", "",
              machine_line(report["machine"]), "", f"Command: `{report['command']}`", "",
              f"Settings (both, from `{st['config']}`): {st['describe']}. {st['env_steps']:,} env steps per run, seeds "

@@ -34,8 +34,6 @@ choose another stem).
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -47,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import checkpoint_steps, records, train_preset, wilson  # noqa: E402
+from common import checkpoint_steps, records, save_files, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_WIN_RATE = 0.90          # issue 11: against the strongest scripted opponent on 8v8 mixed
@@ -331,8 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                               "notes": args.note, "trained": {}}
 
     def save() -> None:
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-        out.with_suffix(".md").write_text(render_markdown(report))
+        save_files(out, report, render_markdown(report))
 
     if "scripted" in parts:
         scen = args.scenarios.split(",") if not args.quick else ["3v3"]

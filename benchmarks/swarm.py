@@ -33,8 +33,6 @@ Writes benchmarks/results/swarm.{json,md} (``--quick``: swarm_quick.*; ``--out``
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -46,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import checkpoint_steps, records, train_preset, wilson  # noqa: E402
+from common import checkpoint_steps, records, save_files, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_REACH = 0.95
@@ -221,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                               "notes": args.note, "trained": {}}
 
     def save() -> None:
-        out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-        out.with_suffix(".md").write_text(render_markdown(report))
+        save_files(out, report, render_markdown(report))
 
     scenarios = args.scenarios.split(",")
     if "scripted" in parts:

@@ -114,7 +114,7 @@ def test_attack_nearest_beats_a_random_team_in_the_real_game():
                            opponents={"agents": "red", "policy": "hdppo.envs.builtin.magent:attack_nearest",
                                       "alive": STANDING})
     # Here blue learns nothing: it plays at random from the test, the script plays red.
-    obs = venv.reset(seed=1)
+    venv.reset(seed=1)
     rng = np.random.default_rng(0)
     results = []
     while len(results) < 2:

@@ -11,7 +11,7 @@ from hdppo.platform import metrics as M
 from hdppo.platform.config import validate
 from hdppo.platform.errors import ConfigError
 from hdppo.platform.sweep import (check_layer, check_metric, expand_grid, parse_grid, plan_trials, rank, split_values,
-                                  sweep, to_markdown, trial_budget, trial_bundles)
+                                  sweep, trial_budget, trial_bundles)
 
 
 def write_config(tmp_path, **over):

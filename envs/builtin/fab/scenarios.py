@@ -13,13 +13,12 @@ due_factor * raw processing time`` of its (shorter) route. Build your own with :
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...errors import EnvError
-from .data import PER_BATCH, FabData, Route, load_fab
+from .data import Route, load_fab
 from .sim import Model
 
 

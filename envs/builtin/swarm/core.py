@@ -320,7 +320,7 @@ class Swarm:
         return self._group_stats
 
     def _make_group_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        N, n, G = self.N, self.n, self.G
+        n, G = self.n, self.G
         onehot = (self.group[:, None] == np.arange(G)[None]).astype(np.float64)      # [n, G]
         w = self.active[..., None] * onehot[None]                                  # [N, n, G]
         cnt = w.sum(1)                                                             # [N, G]
