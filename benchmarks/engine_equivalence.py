@@ -1,0 +1,207 @@
+"""The one-sampler engine against the engine an Ant-v5 result was measured with, on the same data.
+
+Issue 9 asks that every recorded result keep working; Ant-v5 at 3M env steps reached 4181 with
+the engine of 2026-11-29 (commit ``db4796a``) and about 1500 on two runs since. Trajectories of
+two engines cannot be compared step for step once sampling noise differs, so this runs both on
+*the same* trajectory: ``configs/ant.yaml``, one worker, actions a fixed deterministic function
+of the observation (``0.5 sin(7 x R)``, ``R`` a seeded Gaussian matrix: varied enough that the
+ant falls and episodes end by termination as well as by the time limit), log-probabilities the
+policy's own for those actions. For each engine, in its own process (the old one imported from
+``git archive`` of its commit, as ``old_commit.py`` does):
+
+1. **sampler, GAE, reward scaling**: three rollouts of 2048 env steps with observation
+   normalization off (the trajectory is then identical); the batches' observations, values,
+   advantages and returns compared element by element;
+2. **learner**: three ``update_central`` calls on those rollouts from the same initial weights,
+   the losses, KL and clip fraction compared;
+3. **observation normalizer**: the same raw observation stream through both normalizers.
+
+Usage:
+    python benchmarks/engine_equivalence.py [--old-commit db4796a]
+
+Writes benchmarks/results/engine_equivalence.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import command_line, save_files  # noqa: E402
+from machine import machine_info  # noqa: E402
+from old_commit import old_tree  # noqa: E402
+
+OLD_COMMIT = "db4796a"  # the engine of the Ant-v5 4181 run (2026-11-29)
+FIELDS = ("obs", "actions", "logp", "values", "advantages", "returns")
+LOSSES = ("losses/policy", "losses/value", "losses/entropy", "losses/approx_kl", "losses/clipfrac")
+
+# Run inside each engine's process: argv = out.npz, obs_norm (0/1), init weights path.
+_CHILD = r'''
+import json, os, sys, yaml, torch, numpy as np, gymnasium as gym
+from hdppo.platform.config import validate
+from hdppo.platform.parameter_service import ParameterService
+from hdppo.platform.rollout_worker import RolloutWorker
+from hdppo.platform.learner import Learner
+import hdppo.policies.networks as N
+out, obs_norm, init = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+act = N.ActorCritic.act
+R = np.random.default_rng(0).standard_normal((27, 8)).astype(np.float32)
+def fixed(self, obs, deterministic=False, *a, **k):
+    _, _, v = act(self, obs, True, *a, **k)
+    x = obs.numpy() if hasattr(obs, "numpy") else np.asarray(obs)
+    acts = (0.5 * np.sin(x @ R * 7.0)).astype(np.float32)
+    with torch.no_grad():
+        lp, _ = self.log_prob_entropy(torch.as_tensor(x), torch.as_tensor(acts))
+    return acts, lp.numpy(), v
+N.ActorCritic.act = fixed
+cfg = yaml.safe_load(open(os.environ["HDPPO_ANT_CONFIG"]))
+cfg.pop("description", None)  # older schemas have no description
+cfg["ray"] = {"backend": "local"}
+cfg["layers"][0]["normalization"]["observation"] = obs_norm
+cfg["layers"][0]["dppo"]["num_workers"] = 1
+c = validate(cfg)
+svc = ParameterService()
+w = RolloutWorker(c, ["control"], 0, 1, svc)
+L = Learner(c, "control", 27, gym.spaces.Box(-1, 1, (8,), np.float32), svc)
+if not os.path.exists(init):
+    torch.save(w.policies["control"].state_dict(), init)
+for p in (w.policies["control"], L.policy):
+    p.load_state_dict(torch.load(init))
+arrays, losses, lengths = {}, [], []
+for k in range(3):
+    r = w.sample()["control"]
+    for f in %(fields)r:
+        arrays.setdefault(f, []).append(np.asarray(getattr(r.batch, f), np.float64))
+    lengths += [int(x) for x in getattr(r.stats, "episode_lengths", [])]
+    res = L.update_central(r)
+    m = res.metrics if hasattr(res, "metrics") else res
+    losses.append({key: float(m[key]) for key in %(losses)r if key in m})
+    w.policies["control"].load_state_dict(L.policy.state_dict())
+np.savez(out, **{f: np.concatenate(v) for f, v in arrays.items()})
+print("RESULT " + json.dumps({"losses": losses, "episode_lengths": lengths, "files": N.__file__}))
+''' % {"fields": FIELDS, "losses": LOSSES}
+
+
+def run_engine(tmp: Path, tag: str, obs_norm: bool, import_root: Path | None) -> tuple[dict, dict]:
+    script = tmp / "child.py"
+    script.write_text(_CHILD)
+    env = dict(os.environ, HDPPO_ANT_CONFIG=str(HERE.parent / "configs" / "ant.yaml"))
+    env.pop("PYTHONPATH", None)
+    if import_root is not None:
+        env["PYTHONPATH"] = str(import_root)
+    out = tmp / f"{tag}_{int(obs_norm)}.npz"
+    proc = subprocess.run([sys.executable, str(script), str(out), str(int(obs_norm)), str(tmp / "init.pt")],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tag} engine failed: {(proc.stdout + proc.stderr)[-2000:]}")
+    info = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    data = np.load(out)
+    return {f: data[f] for f in data.files}, info
+
+
+def compare(a: dict, b: dict, rollouts: int = 3) -> dict:
+    """Per batch field and rollout: the first rollout acts with the shared initial weights, the
+    later ones with each engine's own update of them (equal to float rounding, which then grows)."""
+    out = {}
+    for f in FIELDS:
+        d = np.abs(a[f] - b[f]).reshape(len(a[f]), -1).max(1)
+        out[f] = [{"rollout": k + 1, "rows": int(len(part)), "max_abs_diff": float(part.max()),
+                   "mean_abs_diff": float(part.mean()), "rows_over_1e-3": int((part > 1e-3).sum())}
+                  for k, part in enumerate(np.array_split(d, rollouts))]
+    return out
+
+
+def normalizer_stream(old_root: Path, raw_obs: np.ndarray) -> dict:
+    """The same raw stream through both ObservationNormalizers, in one process each."""
+    code = r'''
+import sys, json, numpy as np
+from hdppo.policies.normalizers import ObservationNormalizer
+raw = np.load(sys.argv[1])["obs"].astype(np.float32)
+rng = np.random.default_rng(0)
+stream = np.concatenate([raw + rng.normal(0, 0.05, raw.shape).astype(np.float32) for _ in range(10)])
+n = ObservationNormalizer((raw.shape[1],))
+out = []
+for o in stream:
+    n.observe(o[None]); out.append(n(o[None])[0])
+np.save(sys.argv[2], np.asarray(out))
+'''
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "raw.npz"
+        np.savez(src, obs=raw_obs)
+        outs = []
+        for tag, root in (("new", None), ("old", old_root)):
+            env = dict(os.environ)
+            env.pop("PYTHONPATH", None)
+            if root is not None:
+                env["PYTHONPATH"] = str(root)
+            dst = Path(d) / f"{tag}.npy"
+            subprocess.run([sys.executable, "-c", code, str(src), str(dst)], env=env, cwd=d, check=True, timeout=600)
+            outs.append(np.load(dst))
+    diff = np.abs(outs[0] - outs[1]).max(1)
+    return {"steps": int(len(diff)), "max_abs_diff": float(diff.max()), "mean_abs_diff": float(diff.mean()),
+            "p99_abs_diff": float(np.quantile(diff, 0.99))}
+
+
+def render(report: dict) -> str:
+    lines = ["# The one-sampler engine against the engine of the Ant-v5 4181 run, on one trajectory", "",
+             f"Run {report['machine']['timestamp_utc']} on {report['machine']['cpu_model']}, "
+             f"{report['machine']['cpu_count']} CPUs. Command: `{report['command']}`. Old engine: commit "
+             f"`{report['old_commit']}`. See the script's docstring for the set-up.", "",
+             "## 1. Sampler, GAE, reward scaling (observation normalization off: one trajectory)", "",
+             f"Episode lengths (both engines): {report['episode_lengths']['new']}", "",
+             "Rollout 1 acts with the shared initial weights; rollouts 2 and 3 with each engine's own learner "
+             "update of them (section 2), equal up to float rounding, whose differences then grow.", "",
+             "| batch field | rollout | rows | max abs diff | mean abs diff | rows differing > 1e-3 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for f, parts in report["batches"].items():
+        for r in parts:
+            lines.append(f"| {f} | {r['rollout']} | {r['rows']} | {r['max_abs_diff']:.3g} | {r['mean_abs_diff']:.3g} | "
+                         f"{r['rows_over_1e-3']} |")
+    lines += ["", "## 2. Learner: three updates from the same weights on those rollouts", "",
+              "| update | " + " | ".join(f"{k.split('/')[1]} old / new" for k in LOSSES) + " |",
+              "|---|" + "---:|" * len(LOSSES)]
+    for i, (o, n) in enumerate(zip(report["losses"]["old"], report["losses"]["new"])):
+        lines.append(f"| {i + 1} | " + " | ".join(f"{o.get(k, float('nan')):.5f} / {n.get(k, float('nan')):.5f}"
+                                                  for k in LOSSES) + " |")
+    z = report["normalizer"]
+    lines += ["", "## 3. Observation normalizer on one raw stream", "",
+              f"{z['steps']:,} observations: normalized values differ by {z['mean_abs_diff']:.3g} on average, "
+              f"{z['p99_abs_diff']:.3g} at the 99th percentile, {z['max_abs_diff']:.3g} at most (the new normalizer "
+              "recomputes its mean and std when the unused samples would move them by 1/256 of their weight, the old "
+              "one every step; their statistics agree).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--old-commit", default=OLD_COMMIT)
+    ap.add_argument("--out", default=str(HERE / "results" / "engine_equivalence"))
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hdppo_equiv_") as tmp_s, old_tree(args.old_commit) as root:
+        tmp = Path(tmp_s)
+        new, info_new = run_engine(tmp, "new", False, None)
+        old, info_old = run_engine(tmp, "old", False, root)
+        if not info_old["files"].startswith(str(root)):
+            raise RuntimeError(f"the old engine imported {info_old['files']}, not the tree of {args.old_commit}")
+        report = {"machine": machine_info(), "command": command_line(argv), "old_commit": args.old_commit,
+                  "batches": compare(old, new),
+                  "losses": {"old": info_old["losses"], "new": info_new["losses"]},
+                  "episode_lengths": {"old": info_old["episode_lengths"], "new": info_new["episode_lengths"]},
+                  "normalizer": normalizer_stream(root, new["obs"])}
+    md = render(report)
+    save_files(Path(args.out), report, md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
