@@ -67,6 +67,18 @@ def test_raw_and_sampling_alternate_and_share_per_round():
     assert r == {"error": "boom"} and out["sampling"]["env_steps_per_s"] == 1.0 and "share_rounds" not in out["sampling"]
 
 
+def test_engine_equivalence_compares_per_rollout():
+    import engine_equivalence as eq
+    import numpy as np
+
+    a = {f: np.zeros((6, 2)) for f in eq.FIELDS}
+    b = {f: np.zeros((6, 2)) for f in eq.FIELDS}
+    b["values"][4, 1] = 0.5  # a difference in the third rollout only
+    out = eq.compare(a, b)
+    assert [r["max_abs_diff"] for r in out["values"]] == [0.0, 0.0, 0.5]
+    assert [r["rows_over_1e-3"] for r in out["values"]] == [0, 0, 1] and out["obs"][2]["rows"] == 2
+
+
 def test_markdown_with_missing_and_failed_parts():
     results = {"simple_spread_v3": {"raw": {"env_steps_per_s": 100.0, "agent_steps_per_s": 300.0},
                                     "sampling": {"env_steps_per_s": 70.0, "agent_steps_per_s": 210.0},
