@@ -96,7 +96,8 @@ def test_dppo_mode_with_compressed_gradients_trains_and_moves_fewer_bytes(tmp_pa
     assert plain_fp32 == packed_fp32 and plain_wire > plain_fp32  # same messages; pickling adds framing
     # Raw float32 payload over what was sent, framing included.
     assert plain_fp32 / packed_wire >= (15 if scheme == "q2" else 29)
-    # CartPole still learns (random: about 20). Uncompressed reaches ~500 here; scaled signs per
-    # tensor learn more slowly on this tiny task (110-280 over seeds), 2-bit ternary codes close
-    # to uncompressed. (On Hopper-v5 both match uncompressed: benchmarks/results/compression.md.)
-    assert packed["eval_return_mean"] >= (100 if scheme == "sign1" else 150), packed
+    # CartPole still learns (random: about 20). Seeds 1-3 at 30k env steps (measured 2026-12-01,
+    # after the numpy act changed the sampling noise): uncompressed 500, 500, 184; 2-bit ternary
+    # codes 144, 500, 143; scaled signs per tensor 111, 130, 135. (On Hopper-v5 both match
+    # uncompressed within the seeds' spread: benchmarks/results/compression.md.)
+    assert packed["eval_return_mean"] >= (100 if scheme == "sign1" else 120), packed
