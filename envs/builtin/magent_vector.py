@@ -126,17 +126,17 @@ class MAgentVector(VectorMultiAgentEnv):
     def _step_copy(self, i: int, actions: np.ndarray, rewards: np.ndarray, term: np.ndarray,
                    trunc: np.ndarray) -> None:
         c, eng = self.copies[i], self.copies[i].env
-        # Actions: each team's live agents in the engine's order (their ids are the slots).
-        for h in c.handles:
-            ids = eng.get_agent_id(h)
+        # Actions: each team's live agents in the engine's order (their ids are the slots). The
+        # same agents are listed after the step: the dead leave only at clear_dead().
+        team_ids = [eng.get_agent_id(h) for h in c.handles]
+        for h, ids in zip(c.handles, team_ids):
             if len(ids):
                 eng.set_action(h, np.ascontiguousarray(actions[ids], np.int32))
         c.frames += 1
         game_over = bool(eng.step())
         row = self._obs[i]
         before = self._alive[i].copy()
-        for t, h in enumerate(c.handles):
-            ids = eng.get_agent_id(h)
+        for t, (h, ids) in enumerate(zip(c.handles, team_ids)):
             if not len(ids):
                 continue
             dead = ~eng.get_alive(h) if not game_over else np.ones(len(ids), bool)
