@@ -24,7 +24,7 @@ from ..hierarchies.spec import probe_env
 from .backend import call_service, deref
 from .batch import Batch, Rollout, RolloutStats
 from .config import Config, worker_quota
-from .diagnostics import moments
+from .diagnostics import DIAG_MAX_ROWS, moments
 from .messages import GradientResult
 from .threads import use_threads
 
@@ -179,7 +179,7 @@ class RolloutWorker:
             res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
             raw_reward_mean=raw_reward_sum / n, intrinsic_reward_mean=intrinsic_sum / n, bonus_mean=bonus_sum / n,
             command_counts=command_counts, num_samples=len(batch),
-            obs_moments=moments(batch.obs), action_moments=moments(batch.actions),
+            obs_moments=moments(batch.obs, DIAG_MAX_ROWS), action_moments=moments(batch.actions, DIAG_MAX_ROWS),
             coverage=self._coverage_sample(name, batch))
 
     def _coverage_sample(self, name: str, batch: Batch) -> np.ndarray | None:

@@ -20,6 +20,21 @@ def test_pool_moments_are_those_of_the_union():
     np.testing.assert_allclose(v, uv)
 
 
+def test_moments_of_a_row_sample_estimate_the_batch_and_see_every_lane():
+    # 24 lanes per step, time-major, lane k's values centred on k: a stride of 6 rows would see
+    # lanes 0, 6, 12, 18 only (mean 9 instead of 11.5).
+    rng = np.random.default_rng(0)
+    steps, lanes = 1000, 24
+    x = (np.arange(lanes)[None, :, None] + rng.normal(0, 1, (steps, lanes, 2))).reshape(-1, 2).astype(np.float32)
+    exact_m, exact_v = moments(x)
+    m, v = moments(x, max_rows=4000)
+    np.testing.assert_allclose(m, exact_m, atol=0.05 * np.sqrt(exact_v).max())
+    np.testing.assert_allclose(v, exact_v, rtol=0.1)
+    assert moments(x[:3000], max_rows=4000)[0] == pytest.approx(moments(x[:3000])[0])  # small: exact
+    # the sample is fixed by the batch size, not drawn from a shared random stream
+    np.testing.assert_array_equal(moments(x, max_rows=4000)[0], m)
+
+
 def test_divergence_is_zero_for_the_same_data_and_grows_with_a_shift():
     m, v = np.zeros(4), np.ones(4)
     assert gaussian_divergence(m, v, m, v) == pytest.approx(0.0)
