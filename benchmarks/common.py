@@ -16,6 +16,8 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -415,3 +417,24 @@ def records(run_dir: Path) -> list[dict]:
     """The run's metrics.jsonl lines (none if it has no file yet)."""
     path = run_dir / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+# ----------------------------------------------------------------------------- means over seeds
+
+def t95(n: int) -> float:
+    """Two-sided 95% Student t quantile for ``n`` degrees of freedom (table; 1.96 from 40 on; a
+    missing n takes the nearest smaller tabulated one, which is slightly wider)."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+             12: 2.179, 15: 2.131, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021}
+    if n <= 0:
+        return float("nan")
+    return table.get(n, table[max(k for k in table if k <= n)] if n < 40 else 1.96)
+
+
+def stat(values: list[float]) -> dict:
+    """Mean and half-width of its 95% t-interval over ``values`` (NaNs left out)."""
+    v = np.array([x for x in values if x == x], np.float64)
+    if not len(v):
+        return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
+    half = t95(len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float("nan")
+    return {"mean": float(v.mean()), "ci95": float(half), "n": int(len(v))}

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -43,27 +42,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import save_files  # noqa: E402
+from common import save_files, stat  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 METRICS = ("mean_tardiness_h", "tardy_fraction", "mean_cycle_time_h", "throughput_lots_per_day")
 TARGET = 0.15
-
-
-def t95(n: int) -> float:
-    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-             12: 2.179, 15: 2.131, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021}
-    if n <= 0:
-        return float("nan")
-    return table.get(n, table[max(k for k in table if k <= n)] if n < 40 else 1.96)
-
-
-def stat(values: list[float]) -> dict:
-    v = np.array([x for x in values if x == x], np.float64)
-    if not len(v):
-        return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
-    half = t95(len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float("nan")
-    return {"mean": float(v.mean()), "ci95": float(half), "n": int(len(v))}
 
 
 def sim_seed(env_seed: int) -> int:
