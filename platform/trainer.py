@@ -21,6 +21,7 @@ import torch
 
 from . import metrics as M
 from .backend import make_backend
+from .budget import groups_to_update, levels
 from .checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
                                        save_checkpoint)
 from .config import Config, dump_config, load_config, validate
@@ -98,6 +99,9 @@ class Trainer:
         self.phase = "setup"  # then "training", then "evaluation"
         self._snapshot: dict[str, Any] | None = None  # on Ray: each group's state_calls() after the last update
         self._update_thread: threading.Thread | None = None
+        # Per group: env steps offset (hdppo.platform.budget.levels) and its last update's steps.
+        self._offsets: dict[str, float] = {}
+        self._increments: dict[str, float] = {}
 
     # -- setup ---------------------------------------------------------------------------------
     def _seed(self) -> None:
@@ -153,6 +157,9 @@ class Trainer:
             for name, learner in self.fixed.items():
                 learner.set_state(state["fixed"][name])
             self._restore_rng(state["driver_rng"])
+            # Checkpoints before hdppo.platform.budget have none: the groups are levelled anew.
+            self._offsets = dict(state.get("budget", {}).get("offsets", {}))
+            self._increments = dict(state.get("budget", {}).get("increments", {}))
             self._checkpointed = True
         (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
         self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
@@ -181,6 +188,7 @@ class Trainer:
         groups = {g.name: g.get_state() if snapshot is None else g.resolve_state(snapshot[g.name], wait_s)
                   for g in self.groups}
         return {"format": 2, "groups": groups,
+                "budget": {"offsets": dict(self._offsets), "increments": dict(self._increments)},
                 "fixed": {name: learner.get_state() for name, learner in self.fixed.items()},
                 "driver_rng": {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
                                "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state()}}
@@ -229,6 +237,16 @@ class Trainer:
             if gate.mean_return is not None and other.get(M.CHART_EPISODIC_RETURN, -np.inf) < gate.mean_return:
                 return False
         return True
+
+    def _balanced(self, ready: list[DPPOGroup]) -> list[DPPOGroup]:
+        """The ready groups that update now, so that every group gets an equal share of the env
+        steps (hdppo.platform.budget)."""
+        if len(ready) < 2:
+            return ready
+        steps, offsets = levels([g.env_steps for g in ready], [self._offsets.get(g.name) for g in ready])
+        self._offsets.update({g.name: o for g, o in zip(ready, offsets)})
+        pick = groups_to_update(steps, [self._increments.get(g.name, 0.0) for g in ready])
+        return [g for g, p in zip(ready, pick) if p]
 
     def _iterate(self, groups: list[DPPOGroup]) -> list[dict[str, UpdateResult]]:
         """One update of each group; on Ray the groups run at the same time."""
@@ -310,10 +328,14 @@ class Trainer:
                 if not ready:
                     raise ConfigError("schedule.start_after: no layer can start (the gates wait on each other). "
                                       "Let at least one trained layer start without start_after.")
+                ready = self._balanced(ready)
+                before = [g.env_steps for g in ready]
                 outs = self._update(ready)
                 if outs is None:
                     abandoned = True
                     break
+                for group, b in zip(ready, before):
+                    self._increments[group.name] = group.env_steps - b
                 for group, out in zip(ready, outs):
                     for layer, result in out.items():
                         values = result.metrics

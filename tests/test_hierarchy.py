@@ -262,6 +262,35 @@ def test_staged_start_waits_for_the_other_layer(tmp_path):
     assert first_strategy >= 3000
 
 
+def test_groups_share_the_env_steps_equally_though_their_updates_differ(tmp_path):
+    """strategy's update takes 1,024 env steps (256 decisions every 4 steps), control's 512:
+    updating both every iteration would give strategy two thirds of the run."""
+    cfg = two_layers(train={"total_env_steps": 8192, "checkpoint_every": 100, "eval_episodes": 1})
+    trainer = Trainer(validate(cfg), tmp_path / "run", quiet=True)
+    trainer.train()
+    steps = {g.layers[0]: g.env_steps for g in trainer.groups}
+    assert abs(steps["strategy"] - steps["control"]) <= 1024, steps
+    assert 3500 <= steps["control"] <= 4700, steps
+
+
+def test_budget_rule_keeps_groups_within_one_update():
+    from hdppo.platform.budget import groups_to_update, levels
+
+    assert groups_to_update([0, 0], [0, 0]) == [True, True]              # first iteration: all
+    assert groups_to_update([1024, 512], [1024, 512]) == [False, True]   # the slow one waits
+    assert groups_to_update([1024, 1024], [1024, 512]) == [True, True]
+    steps, incs = [0.0, 0.0], [1024.0, 512.0]
+    for _ in range(40):   # simulated iterations: the shares stay within one update
+        pick = groups_to_update(steps, incs)
+        assert any(pick)
+        steps = [s + d * p for s, d, p in zip(steps, incs, pick)]
+        assert abs(steps[0] - steps[1]) <= 1024
+    # a group that starts late is levelled with the others, not left to catch up alone
+    lv, off = levels([3000.0, 0.0], [0.0, None])
+    assert lv == [3000.0, 3000.0] and off == [0.0, -3000.0]
+    assert levels([5000.0, 2000.0], [None, None]) == ([2000.0, 2000.0], [3000.0, 0.0])  # resumed unequal
+
+
 @pytest.mark.learning
 def test_two_layer_task_only_the_hierarchy_solves(tmp_path):
     hier = Trainer(validate(two_layers(train={"total_env_steps": 60_000, "checkpoint_every": 100, "eval_episodes": 20})),
