@@ -99,14 +99,23 @@ def play_scripted(red: str, blue: str, games: int, kwargs: dict, seed: int = 0) 
 
 # ----------------------------------------------------------------------------- training, evaluation
 
+def opponents_override(path: Path, opponent: str) -> str:
+    """The ``--set`` that makes ``opponent`` the blue team of the config at ``path``: env.opponents
+    on the dict path, the native env's ``opponents`` kwarg on ``env.type: vector``."""
+    from hdppo.platform.config import load_config
+
+    native = load_config(path).env.type == "vector"
+    return f"env.{'kwargs.' if native else ''}opponents.policy={OPPONENTS[opponent]}"
+
+
 def train(name: str, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
     from hdppo.platform.config import load_config, validate
     from hdppo.platform.trainer import Trainer
 
     preset, opponent = RUNS[name]
-    cfg = load_config(ROOT / "configs" / preset, [f"train.total_env_steps={env_steps}", "train.eval_episodes=0",
-                                                  "ray.backend=local", f"env.opponents.policy={OPPONENTS[opponent]}",
-                                                  *overrides])
+    path = ROOT / "configs" / preset
+    cfg = load_config(path, [f"train.total_env_steps={env_steps}", "train.eval_episodes=0",
+                             "ray.backend=local", opponents_override(path, opponent), *overrides])
     if quick:
         data = shrink(cfg.model_dump(mode="json"))
         for layer in data["layers"]:
@@ -127,7 +136,7 @@ def evaluate_run(run_dir: Path, games: int, opponent: str, seed: int | None = No
     last = latest_checkpoint(run_dir)
     if last is None:
         raise RuntimeError(f"{run_dir}: no checkpoint")
-    cfg = load_config(run_dir / "config.yaml", [f"env.opponents.policy={OPPONENTS[opponent]}"])
+    cfg = load_config(run_dir / "config.yaml", [opponents_override(run_dir / "config.yaml", opponent)])
     t0 = time.perf_counter()
     episodes = evaluate_episodes(cfg, learner_states(load_checkpoint(last)), games, seed=seed, num_envs=16)
     alive = []

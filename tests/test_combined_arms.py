@@ -140,6 +140,7 @@ def test_presets_load_and_train_a_few_updates(preset, tmp_path):
     for group in data.get("groups") or []:
         group["dppo"].update(num_envs_per_worker=2)
     cfg = validate(data)
-    assert cfg.env.opponents is not None and cfg.env.opponents.policy == "random"
+    opponents = cfg.env.opponents.model_dump() if cfg.env.opponents is not None else cfg.env.kwargs["opponents"]
+    assert opponents["agents"] == "blue" and opponents["policy"] == "random"
     summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
     assert summary["updates"] >= 2 and np.isfinite(summary["eval_return_mean"])

@@ -67,6 +67,56 @@ def test_native_steps_agree_with_the_pettingzoo_path(env, kwargs):
     assert deaths > 0 and ends >= 2  # the test saw units die (or a game won) and copies reset
 
 
+@pytest.mark.parametrize("policy", ["hdppo.envs.builtin.magent:attack_nearest", "random"])
+def test_opponents_played_inside_agree_with_env_opponents(policy):
+    """kwargs.opponents against the dict path's env.opponents (with magent:standing for the
+    counts): the same learners, observations, rewards, episode ends and outcomes. Random
+    opponents draw from different generators, so for them only the shapes and outcomes are checked."""
+    kwargs = {"map_size": 16, "max_cycles": 30}
+    opp = {"agents": "blue", "policy": policy}
+    native = MAgentVector(2, None, env="combined_arms_v6", opponents=opp, **kwargs)
+    dicts = make_vector_env("pettingzoo", "magent2.environments.combined_arms_v6", None, dict(kwargs), None, 2,
+                            opponents=dict(opp, alive="hdppo.envs.builtin.magent:standing"))
+    for c in dicts.copies:
+        c.env.reset = _counted(c.env)
+    assert native.agents == dicts.agents and all(a.startswith("red") for a in native.agents)
+    assert set(native.episode_metrics) >= {"learners_alive", "opponents_alive", "win"}
+    a, b = native.reset(5), dicts.reset(5)
+    np.testing.assert_array_equal(a.obs, b.obs)
+    same = policy != "random"
+    rng = np.random.default_rng(0)
+    outcomes = []
+    for t in range(120):
+        actions = np.zeros((2, len(native.agents)), np.int64)
+        for i in range(2):
+            alive = {a: o for a, o in dicts.raw_obs(i).items() if y_alive(dicts, i, a)}
+            for a, act in attack_nearest(alive, dicts.copy_env(i), rng).items():
+                actions[i, dicts.slot[a]] = act
+        if not same:  # random opponents: drive each env with its own learners' actions
+            actions = rng.integers(0, 9, actions.shape)
+        x, y = native.step(actions), dicts.step(actions)
+        assert x.obs.shape == y.obs.shape and x.masks.shape == y.masks.shape
+        if same:
+            for field in ("obs", "alive", "masks", "rewards", "terminated", "truncated", "episode_end"):
+                np.testing.assert_array_equal(getattr(x, field), getattr(y, field), err_msg=f"{field} at step {t}")
+            np.testing.assert_allclose([e[0] for e in x.episodes], [e[0] for e in y.episodes], rtol=1e-6)
+        for _, _, ci in x.episodes:
+            got = x.infos[ci][native.agents[0]]
+            outcomes.append(got)
+            assert got["win"] == float(got["learners_alive"] > got["opponents_alive"])
+            if same:
+                want = y.infos[ci][native.agents[0]]
+                assert (got["learners_alive"], got["opponents_alive"]) == (want["learners_alive"], want["opponents_alive"])
+    assert len(outcomes) >= 2
+
+
+def test_opponents_kwarg_errors_name_the_field():
+    with pytest.raises(EnvError, match=r"env.kwargs.opponents.agents: the prefix 'green' matches no agent"):
+        MAgentVector(1, None, env="combined_arms_v6", map_size=16, opponents={"agents": "green"})
+    with pytest.raises(EnvError, match=r"env.kwargs.opponents.*got \['agent', 'policy'\]"):
+        MAgentVector(1, None, env="combined_arms_v6", map_size=16, opponents={"agent": "blue", "policy": "random"})
+
+
 def test_state_and_a_training_config(tmp_path):
     native = MAgentVector(2, 0, env="battle_v4", map_size=12)
     native.want_state = True

@@ -28,7 +28,19 @@ with that count put right.
 Agents sit in the env's ``possible_agents`` slots; the dead are not alive (observation 0). A
 copy whose agents are all gone (the game over, or ``max_cycles``) is reset in the same step, as
 the dict adapter does, and an episode's return is the sum over every agent, as there.
-``env.opponents`` needs the dict path (``env.type: pettingzoo``): its scripts read dicts.
+
+Opponents: ``env.opponents`` is for the dict path; here the env plays them itself, from its
+``opponents`` kwarg, with the same fields (``agents``: a name prefix or a list; ``policy``:
+``random`` or a ``package.module:function`` called as ``fn(observations, env, rng)``, as
+``env.opponents.policy``; ``hdppo.envs.builtin.magent:attack_nearest`` works unchanged)::
+
+    kwargs: {env: combined_arms_v6, map_size: 16, opponents: {agents: blue, policy: random}}
+
+The learners are then the only agents; an episode's return sums theirs, a copy resets when
+none of them is left (or the game is over), and its last step's infos carry
+``learners_alive``, ``opponents_alive`` (the units still on the grid, as
+``hdppo.envs.builtin.magent:standing`` reads them) and ``win`` (more learners standing), declared
+as episode metrics.
 """
 from __future__ import annotations
 
@@ -39,7 +51,10 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import EnvError
+from ..opponents import resolve_policy, select_agents
 from ..vector import SPACE_CHECK_STEPS, VecObs, VecStep, VectorMultiAgentEnv, _Checker
+
+OUTCOME_KEYS = ("learners_alive", "opponents_alive", "win")
 
 
 def _load(env: str) -> Any:
@@ -54,14 +69,34 @@ def _load(env: str) -> Any:
 class MAgentVector(VectorMultiAgentEnv):
     """``num_envs`` copies of one MAgent2 PettingZoo env, stepped through its engine arrays."""
 
-    def __init__(self, num_envs: int, seed: int | None = None, env: str = "battle_v4", **kwargs: Any):
+    def __init__(self, num_envs: int, seed: int | None = None, env: str = "battle_v4",
+                 opponents: dict | None = None, **kwargs: Any):
         module = _load(env)
         self.name = f"magent2.{env}"
         self.num_envs = int(num_envs)
         self.copies = [module.parallel_env(**kwargs) for _ in range(self.num_envs)]
         first = self.copies[0]
-        self.agents = list(first.possible_agents)
-        self.slot = {a: k for k, a in enumerate(self.agents)}
+        # Internally every unit of the game has a slot (the engine's ids index possible_agents);
+        # the learners' slots are what the sampler sees.
+        self._everyone = list(first.possible_agents)
+        self.slot = {a: k for k, a in enumerate(self._everyone)}
+        self._opp_policy = None
+        opp: list[str] = []
+        if opponents:
+            unknown = sorted(set(opponents) - {"agents", "policy"})
+            if unknown or "agents" not in opponents:
+                raise EnvError(f"env.kwargs.opponents of {self.name!r}: give agents (a name prefix or a list) and "
+                               f"optionally policy ('random' or 'package.module:function'); got {sorted(opponents)}.")
+            try:
+                opp = select_agents(opponents["agents"], self._everyone, self.name)
+            except EnvError as exc:
+                raise EnvError(str(exc).replace("env.opponents.", "env.kwargs.opponents.")) from None
+            self._opp_policy = resolve_policy(opponents.get("policy", "random"), "env.kwargs.opponents.policy")
+            self._opp_rng = np.random.default_rng(seed)
+            self._shims = [_OpponentView(c, self._everyone) for c in self.copies]
+        self._opp_idx = np.array([self.slot[a] for a in opp], np.int64)
+        self._learn_idx = np.array([k for k, a in enumerate(self._everyone) if a not in set(opp)], np.int64)
+        self.agents = [self._everyone[k] for k in self._learn_idx]
         space = first.observation_space(self.agents[0])
         kinds = {str(first.observation_space(a)) for a in self.agents}
         if len(kinds) != 1 or not isinstance(space, gym.spaces.Box):
@@ -84,8 +119,8 @@ class MAgentVector(VectorMultiAgentEnv):
                 base[k, :n_k] = 1.0
             self._masks = np.broadcast_to(base, (self.num_envs, *base.shape))
         self.state_dim = int(np.asarray(first.state()).size)
-        self.episode_metrics = ()
-        n, a = self.num_envs, len(self.agents)
+        self.episode_metrics = OUTCOME_KEYS if self._opp_policy is not None else ()
+        n, a = self.num_envs, len(self._everyone)
         self._obs = np.zeros((n, a, self.obs_dim), np.float32)
         self._alive = np.zeros((n, a), bool)
         self._ep_return = np.zeros(n)
@@ -149,7 +184,7 @@ class MAgentVector(VectorMultiAgentEnv):
             trunc[i] = before & ~term[i]
         eng.clear_dead()
         self._alive[i] = before & ~(term[i] | trunc[i])
-        c.agents = [a for a, live in zip(self.agents, self._alive[i]) if live]
+        c.agents = [a for a, live in zip(self._everyone, self._alive[i]) if live]
 
     # -- the interface -------------------------------------------------------------------------------
     def _states(self) -> np.ndarray | None:
@@ -161,27 +196,66 @@ class MAgentVector(VectorMultiAgentEnv):
         seed = self._seed if seed is None else seed
         for i in range(self.num_envs):
             self._reset_copy(i, None if seed is None else seed + i)
-        alive = self._alive.copy()
-        return VecObs(self._obs.copy(), alive, alive, self._mask_view(), self._states())
+        alive = self._learners(self._alive)
+        return VecObs(self._learners(self._obs), alive, alive, self._mask_view(), self._states())
+
+    def _learners(self, x: np.ndarray) -> np.ndarray:
+        """The learners' columns of a ``[copies, every unit, ...]`` array (a copy either way)."""
+        return x.copy() if self._opp_policy is None else x[:, self._learn_idx]
+
+    def _opponent_actions(self, i: int, out: np.ndarray) -> None:
+        """Copy ``i``'s live opponents' actions, from the policy, into ``out`` (every unit's slots)."""
+        live = [k for k in self._opp_idx.tolist() if self._alive[i, k]]
+        if not live:
+            return
+        shape = self._space.shape
+        views = {self._everyone[k]: self._obs[i, k].reshape(shape) for k in live}
+        picked = self._opp_policy(views, self._shims[i], self._opp_rng)  # type: ignore[misc]
+        extra = sorted(set(picked) - set(views))
+        if extra:
+            raise EnvError(f"env.kwargs.opponents.policy returned actions for {extra}, which are not opponents "
+                           f"standing in {self.name!r} now ({', '.join(views)}).")
+        for agent, act in picked.items():
+            out[self.slot[agent]] = int(np.asarray(act).reshape(-1)[0])
+
+    def _outcome(self, i: int) -> dict[str, float]:
+        """Units of each side still on copy ``i``'s grid (the engine has cleared the dead)."""
+        c = self.copies[i]
+        standing = np.zeros(len(self._everyone), bool)
+        for h in c.handles:
+            standing[np.asarray(c.env.get_agent_id(h), np.int64)] = True
+        mine, theirs = int(standing[self._learn_idx].sum()), int(standing[self._opp_idx].sum())
+        return {"learners_alive": mine, "opponents_alive": theirs, "win": float(mine > theirs)}
 
     def step(self, actions: np.ndarray) -> VecStep:
-        n, a = self.num_envs, len(self.agents)
-        acts = np.asarray(actions).reshape(n, a)
+        n, a = self.num_envs, len(self._everyone)
+        if self._opp_policy is None:
+            acts = np.asarray(actions).reshape(n, a)
+        else:
+            acts = np.zeros((n, a), np.int64)
+            acts[:, self._learn_idx] = np.asarray(actions).reshape(n, len(self.agents))
+            for i in range(n):
+                self._opponent_actions(i, acts[i])
         rewards = np.zeros((n, a))
         term = np.zeros((n, a), bool)
         trunc = np.zeros((n, a), bool)
         end = np.zeros(n, bool)
         episodes = []
         ended_rows: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        infos = None if self._opp_policy is None else [{} for _ in range(n)]
+        learn = self._learn_idx
         for i in range(n):
             self._step_copy(i, acts[i], rewards, term, trunc)
-            self._ep_return[i] += float(rewards[i].sum())
+            self._ep_return[i] += float(rewards[i, learn].sum())
             self._ep_len[i] += 1
-            if not self._alive[i].any():
+            if not self._alive[i, learn].any() or not self._alive[i].any():
                 # Reset here, copy by copy, as the dict adapter does: MAgent2 draws maps and
                 # moves from one random stream, so the order of steps and resets matters.
                 end[i] = True
                 episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
+                if infos is not None:
+                    outcome = self._outcome(i)
+                    infos[i] = {agent: outcome for agent in self.agents}
                 state = np.asarray(self.copies[i].state(), np.float32).reshape(-1) if self.want_state else None
                 ended_rows[i] = (self._obs[i].copy(), state)
                 self._reset_copy(i, None)
@@ -199,14 +273,28 @@ class MAgentVector(VectorMultiAgentEnv):
                 final_state[i] = st
         # Rows of agents no longer alive read 0, as the dict adapter leaves them.
         self._obs[~self._alive] = 0.0
-        alive = self._alive.copy()
-        return VecStep(self._obs.copy(), alive, alive, self._mask_view(), state, rewards=rewards, terminated=term,
-                       truncated=trunc, final_obs=final_obs, final_state=final_state, episode_end=end, infos=None,
-                       episodes=episodes, final_raw={})
+        alive = self._learners(self._alive)
+        if self._opp_policy is not None:
+            rewards, term, trunc, final_obs = rewards[:, learn], term[:, learn], trunc[:, learn], final_obs[:, learn]
+        return VecStep(self._learners(self._obs), alive, alive, self._mask_view(), state, rewards=rewards,
+                       terminated=term, truncated=trunc, final_obs=final_obs, final_state=final_state,
+                       episode_end=end, infos=infos, episodes=episodes, final_raw={})
 
     def close(self) -> None:
         for c in self.copies:
             c.close()
+
+
+class _OpponentView:
+    """What an ``env.opponents.policy`` script reads of one copy, as the dict path hands it over:
+    ``env.env`` the PettingZoo env (its grid, handles, map), every unit's action space."""
+
+    def __init__(self, copy: Any, agents: list[str]):
+        self.env = copy
+        self.possible_agents = agents
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.env.action_space(agent)
 
 
 def make_vector(num_envs: int, seed: int | None = None, **kwargs: Any) -> MAgentVector:
