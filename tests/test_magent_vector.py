@@ -26,6 +26,16 @@ def y_alive(venv, i: int, agent: str) -> bool:
     return bool(venv._alive[i, venv.slot[agent]])
 
 
+def scripted_actions(dicts, rng) -> np.ndarray:
+    """``attack_nearest`` for every live agent of the dict path's copies, ``[copies, agents]``."""
+    actions = np.zeros((dicts.num_envs, len(dicts.agents)), np.int64)
+    for i in range(dicts.num_envs):
+        alive = {a: o for a, o in dicts.raw_obs(i).items() if y_alive(dicts, i, a)}
+        for a, act in attack_nearest(alive, dicts.copy_env(i), rng).items():
+            actions[i, dicts.slot[a]] = act
+    return actions
+
+
 def _counted(env):
     reset = env.reset
 
@@ -50,11 +60,7 @@ def test_native_steps_agree_with_the_pettingzoo_path(env, kwargs):
     for t in range(100):
         # The scripted attacker of hdppo.envs.builtin.magent on every unit, so that units die
         # within the test's steps; read from the dict path's observations.
-        actions = np.zeros((2, len(native.agents)), np.int64)
-        for i in range(2):
-            alive = {a: o for a, o in dicts.raw_obs(i).items() if y_alive(dicts, i, a)}
-            for a, act in attack_nearest(alive, dicts.copy_env(i), rng).items():
-                actions[i, dicts.slot[a]] = act
+        actions = scripted_actions(dicts, rng)
         x, y = native.step(actions), dicts.step(actions)
         for field in ("obs", "alive", "acting", "masks", "rewards", "terminated", "truncated", "episode_end"):
             np.testing.assert_array_equal(getattr(x, field), getattr(y, field), err_msg=f"{field} at step {t}")
@@ -87,11 +93,7 @@ def test_opponents_played_inside_agree_with_env_opponents(policy):
     rng = np.random.default_rng(0)
     outcomes = []
     for t in range(120):
-        actions = np.zeros((2, len(native.agents)), np.int64)
-        for i in range(2):
-            alive = {a: o for a, o in dicts.raw_obs(i).items() if y_alive(dicts, i, a)}
-            for a, act in attack_nearest(alive, dicts.copy_env(i), rng).items():
-                actions[i, dicts.slot[a]] = act
+        actions = scripted_actions(dicts, rng)
         if not same:  # random opponents: drive each env with its own learners' actions
             actions = rng.integers(0, 9, actions.shape)
         x, y = native.step(actions), dicts.step(actions)
