@@ -243,12 +243,13 @@ class MAgentVector(VectorMultiAgentEnv):
         episodes = []
         ended_rows: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         infos = None if self._opp_policy is None else [{} for _ in range(n)]
-        learn = self._learn_idx
+        # Without opponents every unit learns: a slice, not a gather, on the per-copy hot path.
+        learn = self._learn_idx if self._opp_policy is not None else slice(None)
         for i in range(n):
             self._step_copy(i, acts[i], rewards, term, trunc)
             self._ep_return[i] += float(rewards[i, learn].sum())
             self._ep_len[i] += 1
-            if not self._alive[i, learn].any() or not self._alive[i].any():
+            if not self._alive[i, learn].any() or (self._opp_policy is not None and not self._alive[i].any()):
                 # Reset here, copy by copy, as the dict adapter does: MAgent2 draws maps and
                 # moves from one random stream, so the order of steps and resets matters.
                 end[i] = True
