@@ -166,6 +166,28 @@ def test_env_episode_reports_metrics_and_history(tmp_path):
     assert any(path.iterdir())
 
 
+def test_rule_actions_play_as_the_rules_do():
+    """action='rule': a decision picks the rule, and the rule picks the lot. Always choosing a
+    rule's index runs the same episode as that rule's slots in the slot env (same seed); a mixed
+    sequence runs a different one; every rule is always legal."""
+    from gymnasium.utils.env_checker import check_env
+
+    env = fab.FabEnv(days=1.0, action="rule")
+    check_env(env, skip_render_check=True)
+    assert env.action_space.n == len(fab.RULES)
+    for rule in ("edd", "cr"):
+        by_index = fab.play(fab.FabEnv(days=1.0, action="rule"), lambda o, e: fab.RULES.index(rule), seed=3)
+        by_slot = fab.play(fab.FabEnv(days=1.0), rule, seed=3)
+        assert by_index["mean_tardiness_h"] == by_slot["mean_tardiness_h"]
+        assert by_index["completed"] == by_slot["completed"]
+    obs, _ = env.reset(seed=3)
+    assert obs["action_mask"].tolist() == [1] * len(fab.RULES)
+    turn = iter(range(10 ** 6))
+    mixed = fab.play(env, lambda o, e: next(turn) % len(fab.RULES), seed=3)
+    assert mixed["mean_tardiness_h"] != by_index["mean_tardiness_h"]
+    assert fab.FabEnv(days=1.0, action="rule", release_control=True).action_space.nvec.tolist() == [4, 3]
+
+
 def test_follow_command_reward():
     from hdppo.envs.rewards import resolve_reward
 
@@ -191,6 +213,8 @@ def test_bad_arguments_name_the_fix(tmp_path):
         fab.load_fab("HVLM", data_dir=tmp_path)
     with pytest.raises(EnvError, match="objective"):
         fab.FabEnv(objective="profit")
+    with pytest.raises(EnvError, match="action='lot'.*'slot'.*'rule'"):
+        fab.FabEnv(action="lot")
     with pytest.raises(EnvError, match="default_rule"):
         fab.FabEnv(default_rule="lifo")
     with pytest.raises(EnvError, match="agent_groups"):

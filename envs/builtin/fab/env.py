@@ -14,6 +14,7 @@ SLOT_FEATURES = ("present", "hot", "super_hot", "wait", "step_time", "remaining"
                  "needs_setup", "batch_fill", "rank_fifo", "rank_spt", "rank_edd", "rank_cr")
 RELEASE_LEVELS = (0.8, 1.0, 1.2)
 OBJECTIVES = ("tardiness", "cycle_time", "throughput")
+ACTIONS = ("slot", "rule")  # what a decision picks: a candidate lot, or the rule that picks it
 _MODEL_CACHE: dict = {}
 
 
@@ -39,7 +40,10 @@ class FabEnv(gym.Env):
                  k: int = 8, noise: bool = True, breakdowns: bool = True, default_rule: str = "fifo",
                  agent_groups: str | list[str] = "all", release_control: bool = False, hot_first: bool = True,
                  batch_wait: float = 240.0, reward_scale: float = 0.01, record_every: float = 60.0,
-                 data_dir: str | None = None, render_mode: str | None = None):
+                 data_dir: str | None = None, render_mode: str | None = None, action: str = "slot"):
+        if action not in ACTIONS:
+            raise EnvError(f"fab action={action!r}: use 'slot' (the agent picks one of the K candidate lots) or 'rule' "
+                           f"(it picks which of {list(RULES)} chooses the lot).")
         if default_rule not in RULES:
             raise EnvError(f"fab default_rule={default_rule!r}: use one of {list(RULES)}.")
         if not (isinstance(k, int) and k >= 2):
@@ -54,6 +58,9 @@ class FabEnv(gym.Env):
         self.model: Model = _MODEL_CACHE[key]
         self.weights = _objective(objective)
         self.k, self.noise, self.breakdowns = k, noise, breakdowns
+        self.action = action
+        # The choices of one decision: the K candidate slots, or the rules (each always has a pick).
+        self.n_choices = k if action == "slot" else len(RULES)
         self.default_rule, self.hot_first, self.batch_wait = default_rule, hot_first, batch_wait
         self.release_control, self.reward_scale, self.record_every = release_control, reward_scale, record_every
         groups = self.model.data.groups
@@ -75,12 +82,12 @@ class FabEnv(gym.Env):
         self.agent_mask[self.agent_group_ids] = True
         self.n_global = len(chosen) + 8 + (len(RELEASE_LEVELS) if release_control else 0)
         self.obs_dim = self.n_global + k * len(SLOT_FEATURES)
-        n_act = k + (len(RELEASE_LEVELS) if release_control else 0)
+        n_act = self.n_choices + (len(RELEASE_LEVELS) if release_control else 0)
         self.observation_space = gym.spaces.Dict({
             "observation": gym.spaces.Box(-10.0, 10.0, (self.obs_dim,), np.float32),
             "action_mask": gym.spaces.Box(0, 1, (n_act,), np.int8)})
-        self.action_space = (gym.spaces.MultiDiscrete([k, len(RELEASE_LEVELS)]) if release_control
-                             else gym.spaces.Discrete(k))
+        self.action_space = (gym.spaces.MultiDiscrete([self.n_choices, len(RELEASE_LEVELS)]) if release_control
+                             else gym.spaces.Discrete(self.n_choices))
         self.sim: FabSim | None = None
         self.decision: Decision | None = None
         self.slots = np.zeros(0, np.int64)
@@ -108,6 +115,9 @@ class FabEnv(gym.Env):
             raise EnvError("fab: step() before reset(); call reset() first.")
         a = np.asarray(action).reshape(-1)
         slot = int(a[0])
+        if self.action == "rule" and self.decision is not None and len(self.slots):
+            rule = int(np.clip(slot, 0, len(RULES) - 1))
+            slot = int(np.argmin(self.slot_ranks[:len(self.slots), rule]))
         chosen_ranks = np.zeros(len(RULES), np.float32)
         if self.release_control:
             self.release_level = int(np.clip(a[1], 0, len(RELEASE_LEVELS) - 1))
@@ -141,10 +151,10 @@ class FabEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         k, F = self.k, len(SLOT_FEATURES)
         obs = np.zeros(self.obs_dim, np.float32)
-        n_act = k + (len(RELEASE_LEVELS) if self.release_control else 0)
-        mask = np.zeros(n_act, np.int8)
+        c = self.n_choices
+        mask = np.zeros(c + (len(RELEASE_LEVELS) if self.release_control else 0), np.int8)
         if self.release_control:
-            mask[k:] = 1
+            mask[c:] = 1
         sim, dec = self.sim, self.decision
         if dec is None:
             mask[0] = 1
@@ -169,7 +179,7 @@ class FabEnv(gym.Env):
         slots = np.array(chosen, np.int64)
         self.slots = slots
         n = len(slots)
-        mask[:n] = 1
+        mask[:n if self.action == "slot" else c] = 1
         # Global part.
         G = len(self.agent_group_ids)
         obs[self._slot_of_group[g]] = 1.0
@@ -224,10 +234,13 @@ class FabEnv(gym.Env):
 
     # ------------------------------------------------------------------ scripted dispatching
     def rule_action(self, rule: str) -> int | np.ndarray:
-        """The slot ``rule`` picks now (each rule's first choice is always among the slots)."""
+        """The action by which ``rule`` decides now: its slot (each rule's first choice is always
+        among the slots), or with ``action='rule'`` the rule's index."""
         if rule not in RULES:
             raise EnvError(f"fab rule {rule!r}: use one of {list(RULES)}.")
-        if self.decision is None or not len(self.slots):
+        if self.action == "rule":
+            slot = RULES.index(rule)
+        elif self.decision is None or not len(self.slots):
             slot = 0
         else:
             slot = int(np.argmin(self.slot_ranks[:len(self.slots), RULES.index(rule)]))
