@@ -35,6 +35,9 @@ setup, batch fill, and the slot's rank under fifo, spt, edd and cr.
 taking every decision, :meth:`FabEnv.rule_action` gives a rule's slot in the env, :func:`play`
 runs an episode with a rule or a policy): ``fifo``, ``spt`` (shortest processing time),
 ``edd`` (earliest due date), ``cr`` (critical ratio); hot lots first (``hot_first``).
+:func:`search_group_rules` tunes a rule per tool group (coordinate descent over the groups on
+given seeds) and :func:`group_rule_policy` plays such an assignment: a stronger baseline than
+any single rule, for a learned dispatcher to be held against.
 
 **Scenarios** (:data:`SCENARIOS`): ``hvlm`` and ``lvhm`` are the testbed's fabs in full
 (106 tool groups, 1443 / 1313 tools, 2 / 10 products, 2255 / 2156 lots of initial WIP);
@@ -56,7 +59,7 @@ TensorBoard scalars (``benchmarks/fab.py --tb DIR`` does so for evaluated runs).
 """
 from .data import FABS, FabData, load_fab
 from .env import OBJECTIVES, RELEASE_LEVELS, SLOT_FEATURES, FabEnv
-from .rules import CRITERIA, follow_command, log_history, play, run_rule
+from .rules import CRITERIA, follow_command, group_rule_policy, log_history, play, run_rule, search_group_rules
 from .scenarios import SCENARIOS, Scenario, build_model, describe, get_scenario
 from .sim import RULES, FabSim, Model
 
@@ -68,4 +71,4 @@ def make_env(**kwargs) -> FabEnv:
 
 __all__ = ["CRITERIA", "FABS", "FabData", "FabEnv", "FabSim", "Model", "OBJECTIVES", "RELEASE_LEVELS", "RULES",
            "SCENARIOS", "SLOT_FEATURES", "Scenario", "build_model", "describe", "follow_command", "get_scenario",
-           "load_fab", "log_history", "make_env", "play", "run_rule"]
+           "group_rule_policy", "load_fab", "log_history", "make_env", "play", "run_rule", "search_group_rules"]
