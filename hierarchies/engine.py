@@ -121,9 +121,10 @@ class _Buffers:
     FLAGS = ("decided", "closed", "end", "term", "stop", "first")
 
     def __init__(self, cap: int, N: int, L: int, obs_dim: int, act_dim: int, mask_dim: int, critic_dim: int,
-                 hidden_dim: int = 0):
+                 hidden_dim: int = 0, teacher_dim: int = 0):
         self.N, self.L = N, L
-        self.dims = {"obs": obs_dim, "act": act_dim, "mask": mask_dim, "critic": critic_dim, "hidden": hidden_dim}
+        self.dims = {"obs": obs_dim, "act": act_dim, "mask": mask_dim, "critic": critic_dim, "hidden": hidden_dim,
+                     "teacher": teacher_dim}
         self.cap = 0
         self._grow(cap)
         self.open_row = np.full((N, L), -1, np.int64)
@@ -139,7 +140,7 @@ class _Buffers:
 
     def _alloc(self, T: int) -> dict[str, np.ndarray]:
         N, L, d = self.N, self.L, self.dims
-        out = {k: np.zeros((T, N, L, d[k]), np.float32) for k in ("obs", "act", "mask", "critic", "hidden")}
+        out = {k: np.zeros((T, N, L, d[k]), np.float32) for k in ("obs", "act", "mask", "critic", "hidden", "teacher")}
         out |= {k: np.zeros((T, N, L), np.float64 if k in ("R", "gam", "env_r", "int_r", "bonus", "steps") else np.float32)
                 for k in self.FIELDS}
         out |= {k: np.zeros((T, N, L), bool) for k in self.FLAGS}
@@ -244,9 +245,11 @@ class Sampler:
                 self.fresh[s.name] = np.ones((self.N, p.L), bool)
         for p, s in zip(self.plans, specs):
             if s.name in self.tracks:
-                self.buffers[s.name] = _Buffers(64, self.N, p.L, s.obs_dim, policies[s.name].head.dim, s.mask_dim,
+                dim = policies[s.name].head.dim
+                self.buffers[s.name] = _Buffers(64, self.N, p.L, s.obs_dim, dim, s.mask_dim,
                                                 s.critic_dim or 0,
-                                                self.hidden[s.name].shape[-1] if s.name in self.hidden else 0)
+                                                self.hidden[s.name].shape[-1] if s.name in self.hidden else 0,
+                                                dim if s.teacher_fn is not None else 0)
         self.command_counts = {s.name: np.zeros(s.cfg.action.n or 0, np.int64) for s in specs
                                if not s.bottom and s.cfg.action.type == "discrete"}
         self.env_steps = 0
@@ -257,7 +260,7 @@ class Sampler:
         self.copy_steps = 0
         self.t = 1
         if hasattr(venv, "keep_raw"):  # raw observation dicts cost a dict update per copy and step
-            venv.keep_raw = any(s.obs_fn is not None for s in specs)
+            venv.keep_raw = any(s.obs_fn is not None or s.teacher_fn is not None for s in specs)
 
     # -- inputs ----------------------------------------------------------------------------------
     def _env_part(self, p: _Plan, obs: np.ndarray, state: np.ndarray | None, due: np.ndarray,
@@ -280,6 +283,23 @@ class Sampler:
             members = [self.venv.agents[k] for k in p.members[lane]]
             out[n, lane] = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
                                       np.float32).reshape(-1)
+        return out
+
+    def _teacher(self, p: _Plan, due: np.ndarray, dim: int) -> np.ndarray:
+        """The teacher's action ``[k, dim]`` for each due lane, in ``np.nonzero(due)`` order (the
+        order the lanes' decisions are stored in): ``teacher(raw_obs, members, env, **kwargs)``."""
+        fn, kwargs = p.spec.teacher_fn, p.spec.cfg.teacher.kwargs  # type: ignore[union-attr]
+        n_idx, l_idx = np.nonzero(due)
+        out = np.zeros((len(n_idx), dim), np.float32)
+        for k, (n, lane) in enumerate(zip(n_idx, l_idx)):
+            members = [self.venv.agents[a] for a in p.members[lane]]
+            a = np.asarray(fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs),  # type: ignore[misc]
+                           np.float32).reshape(-1)
+            if a.size != dim:
+                raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} returned {a.size} "  # type: ignore[union-attr]
+                               f"value(s) for lane {p.lanes[lane]!r}; the layer's actions have {dim} (one index for "
+                               "Discrete, one per entry of MultiDiscrete or Box).")
+            out[k] = a
         return out
 
     def _command_in(self, p: _Plan) -> np.ndarray | None:
@@ -392,6 +412,8 @@ class Sampler:
             if hid is not None:
                 buf.hidden[row] = shaped(h_in)
                 buf.first[row] = shaped(first)
+            if p.spec.teacher_fn is not None:
+                buf.teacher[row] = shaped(self._teacher(p, due, actions.shape[-1]))
             buf.decided[row] = True
             buf.version[row] = self.version[p.name]
             buf.at_step[row] = self.copy_steps
@@ -638,7 +660,8 @@ class Sampler:
             batch = Batch(obs=buf.obs[:T][sel], actions=buf.act[:T][sel], logp=buf.logp[:T][sel], values=v,
                           advantages=a.astype(np.float32), returns=(a + v).astype(np.float32),
                           masks=buf.mask[:T][sel], critic_obs=buf.critic[:T][sel], versions=buf.version[:T][sel],
-                          ids=self._ids(buf, sel), hidden=buf.hidden[:T][sel], first=buf.first[:T][sel])
+                          ids=self._ids(buf, sel), hidden=buf.hidden[:T][sel], first=buf.first[:T][sel],
+                          teacher=buf.teacher[:T][sel])
             counts = self.command_counts.get(p.name)
             out[p.name] = Harvest(batch, float(buf.env_r[:T][sel].sum()), float(buf.int_r[:T][sel].sum()),
                                   float(buf.bonus[:T][sel].sum()),

@@ -31,6 +31,7 @@ class LayerSpec:
     command_in: int = 0              # width of the command received from above
     agent_ids: list[str] = field(default_factory=list)
     obs_fn: Callable[..., np.ndarray] | None = None
+    teacher_fn: Callable[..., Any] | None = None  # teacher.policy, resolved (kickstarting labels)
     encoder: dict[str, Any] | None = None  # ActorCritic's encoder argument (None: MLP); see encoder_spec
 
     @property
@@ -186,6 +187,16 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
     if layer.policy.central_critic:
         spec.critic_dim = _state_dim(spec, probe) + spec.command_in
     spec.encoder = encoder_spec(spec, probe, known)
+    if layer.teacher is not None:
+        from ..envs.loading import resolve_entry_point
+
+        src = layer.teacher.policy
+        if ":" not in src:
+            raise _layer_error(spec, "teacher.policy", f"{src!r} is not 'package.module:function'.")
+        try:
+            spec.teacher_fn = resolve_entry_point(src)
+        except EnvError as exc:
+            raise _layer_error(spec, "teacher.policy", str(exc).replace("env entry_point", "teacher")) from None
 
 
 def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) -> dict[str, Any] | None:

@@ -40,6 +40,7 @@ class Batch:
     ids: np.ndarray = None          # [B, 4] int64 origin of each sample (ID_* columns); not used by the loss
     hidden: np.ndarray = None       # [B, H] float32: a recurrent policy's hidden state as the step received it, or [B, 0]
     first: np.ndarray = None        # [B] bool: the hidden was reset (zero) before this step (episode or lane start)
+    teacher: np.ndarray = None      # [B, act_dim] float32: a teacher's action for each sample (kickstarting), or [B, 0]
 
     def __post_init__(self) -> None:
         n = self.obs.shape[0]
@@ -57,6 +58,8 @@ class Batch:
             self.hidden = np.zeros((n, 0), np.float32)
         if self.first is None:
             self.first = np.zeros(n, bool)
+        if self.teacher is None:
+            self.teacher = np.zeros((n, 0), np.float32)
 
     def __len__(self) -> int:
         return int(self.obs.shape[0])
@@ -87,6 +90,7 @@ class TorchBatch:
     weights: torch.Tensor
     hidden: torch.Tensor
     first: torch.Tensor
+    teacher: torch.Tensor
 
     def take(self, idx: torch.Tensor) -> "TorchBatch":
         # index_select, not t[idx]: on CPU advanced indexing of a [B, D] tensor is about 3x slower

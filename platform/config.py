@@ -417,6 +417,24 @@ class ScheduleSpec(_Strict):
     start_after: Optional[StartAfter] = Field(None, description="Staged start; omitted: trains from the start.")
 
 
+class TeacherSpec(_Strict):
+    """Kickstarting (Schmitt et al. 2018, arXiv:1803.03835): a scripted teacher labels every
+    decision the layer takes, and the loss adds ``coeff * -log pi(teacher's action | s)``,
+    annealed to ``coeff_final`` over the first ``anneal`` of the run. The layer still acts with
+    its own policy and learns by PPO; the teacher only pulls it toward the script early on."""
+
+    policy: str = Field(
+        ..., description="'package.module:function' called as f(raw_obs, members, env, **kwargs) for each decision "
+        "of the layer: the copy's raw observations (agent -> observation), the lane's agents and the copy's env, "
+        "the same arguments as an observation.source function; returns the action in the layer's action space.",
+        json_schema_extra={"examples": ["hdppo.envs.builtin.fab:rule_teacher"]})
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the teacher function.")
+    coeff: float = Field(1.0, ge=0.0, description="Weight of the teacher's negative log-likelihood at the start.")
+    coeff_final: float = Field(0.0, ge=0.0, description="Its weight once `anneal` of the run is done.")
+    anneal: float = Field(0.5, gt=0.0, le=1.0, description="Share of the run's env steps over which coeff falls "
+                          "linearly to coeff_final.")
+
+
 class ExplorationSpec(_Strict):
     """An exploration bonus added to the layer's reward (see hdppo.policies.bonuses)."""
 
@@ -469,6 +487,8 @@ class LayerConfig(_Strict):
     reward: RewardSpec = Field(default_factory=RewardSpec)
     exploration: ExplorationSpec = Field(default_factory=ExplorationSpec)
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    teacher: Optional[TeacherSpec] = Field(None, description="A scripted teacher this layer imitates early on "
+                                           "(kickstarting); omitted: none.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     dppo: DPPOConfig = Field(default_factory=DPPOConfig)
@@ -488,6 +508,12 @@ class LayerConfig(_Strict):
         if self.exploration.learned and self.dppo.mode == "dppo":
             raise ValueError(f"exploration.type {self.exploration.type!r} needs dppo.mode 'central': the learner "
                              "trains the bonus on the samples, which mode 'dppo' keeps on the workers")
+        if self.teacher is not None and self.dppo.mode != "central":
+            raise ValueError("teacher needs dppo.mode 'central': the learner adds the teacher's term to the loss, "
+                             "and mode 'dppo' computes the loss on the workers")
+        if self.teacher is not None and self.policy.encoder in ("gru", "cnn_gru"):
+            raise ValueError(f"teacher is not supported with policy.encoder {self.policy.encoder!r} yet (the "
+                             "learner replays recurrent chunks without the teacher's labels); use 'mlp' or 'cnn'")
         if self.ppo.minibatch_size > self.dppo.train_batch_size:
             raise ValueError(f"ppo.minibatch_size ({self.ppo.minibatch_size}) must be <= "
                              f"dppo.train_batch_size ({self.dppo.train_batch_size})")

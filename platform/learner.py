@@ -92,7 +92,11 @@ class Learner:
     def coefficients(self) -> dict[str, float]:
         p, prog = self.layer.ppo, self.progress()
         lr = p.lr if p.lr_schedule == "constant" else linear(p.lr, 0.0, prog)
-        return {"lr": lr, "entropy_coeff": linear(p.entropy_coeff, p.entropy_coeff_final, prog)}
+        out = {"lr": lr, "entropy_coeff": linear(p.entropy_coeff, p.entropy_coeff_final, prog)}
+        t = self.layer.teacher
+        if t is not None:  # kickstarting: the teacher's weight falls over the first `anneal` of the run
+            out["teacher_coeff"] = linear(t.coeff, t.coeff_final, prog / t.anneal)
+        return out
 
     def _absorb(self, stats: list[RolloutStats]) -> None:
         """Count the samples and merge the workers' normalizer deltas."""
@@ -115,11 +119,12 @@ class Learner:
         self.optimizer.step()
         return norm
 
-    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None):
+    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None,
+              teacher_coeff: float = 0.0):
         p = self.layer.ppo
         return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
-                              chunks=chunks)
+                              chunks=chunks, teacher_coeff=teacher_coeff)
 
     def _chunks(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """A recurrent layer's batch as chunks of ``policy.seq_len`` consecutive decisions of one
@@ -213,7 +218,8 @@ class Learner:
                 else:
                     sel = torch.as_tensor(idx, device=self.device)
                     mb, mb_chunks = tb, (index[sel], valid[sel])
-                terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"], mb_chunks)
+                terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"], mb_chunks,
+                                   coefs.get("teacher_coeff", 0.0))
                 grad_norm = self._step(gradients(self.policy, terms.total, self.params), coefs["lr"])
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
                 epoch_kl.append(float(terms.approx_kl))
@@ -341,6 +347,10 @@ class Learner:
             M.CHART_REWARD_EXTRINSIC: float(np.mean([s.raw_reward_mean for s in stats])),
         }
         out[M.LOSS_EXPLAINED_VARIANCE] = explained_variance_of(stats)
+        if "teacher_coeff" in coefs:
+            out[M.CHART_TEACHER_COEFF] = coefs["teacher_coeff"]
+            if any("teacher" in entry for entry in logs):
+                out[M.LOSS_TEACHER] = _mean([e for e in logs if "teacher" in e], "teacher")
         if any(s.intrinsic_reward_mean for s in stats):
             out[M.CHART_REWARD_INTRINSIC] = float(np.mean([s.intrinsic_reward_mean for s in stats]))
         if any(s.bonus_mean for s in stats):
@@ -450,7 +460,10 @@ def _cpu(tree: Any) -> Any:
 
 
 def _terms_dict(terms) -> dict[str, float]:
-    return {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
+    out = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
+    if terms.teacher is not None:
+        out["teacher"] = float(terms.teacher.detach())
+    return out
 
 
 def _mean(logs: list[dict], key: str) -> float:

@@ -66,6 +66,17 @@ class LossTerms:
     entropy: torch.Tensor
     approx_kl: torch.Tensor
     clipfrac: torch.Tensor
+    teacher: torch.Tensor | None = None  # the teacher's negative log-likelihood, when a teacher is on
+
+
+# A teacher's action that the mask makes illegal has logit -1e8: its log-likelihood is floored
+# here so that one bad label cannot swamp a minibatch's gradient.
+TEACHER_LOGP_FLOOR = -20.0
+
+
+def teacher_nll(teacher_logp: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Kickstarting's term: the mean negative log-likelihood of the teacher's actions."""
+    return -_mean(teacher_logp.clamp(min=TEACHER_LOGP_FLOOR), weight)
 
 
 def ppo_loss(

@@ -5,16 +5,17 @@ from __future__ import annotations
 import torch
 
 from .networks import ActorCritic
-from .ppo_loss import LossTerms, normalize_advantages, ppo_loss
+from .ppo_loss import LossTerms, normalize_advantages, ppo_loss, teacher_nll
 
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
                    value_clip: float | None, vf_coeff: float, entropy_coeff: float,
-                   normalize: bool = True, chunks: tuple | None = None) -> LossTerms:
+                   normalize: bool = True, chunks: tuple | None = None, teacher_coeff: float = 0.0) -> LossTerms:
     """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples. A recurrent
     policy takes ``chunks = (index [S, C], valid [S, C])`` (networks.sequence_chunks) into ``mb``:
     each chunk is replayed through the GRU from its first step's stored hidden, and the loss
-    covers the valid steps only."""
+    covers the valid steps only. With ``teacher_coeff > 0`` and teacher labels in ``mb``
+    (kickstarting), ``teacher_coeff`` times their negative log-likelihood joins the total."""
     if chunks is not None:
         index, valid = chunks
         logp_s, ent_s, v_s = policy.replay(mb.obs[index], mb.hidden[index[:, 0]], mb.first[index], mb.actions[index],
@@ -27,8 +28,13 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
     # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
     weight = mb.weights if bool((mb.weights != 1).any()) else None
-    return ppo_loss(logp, mb.logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
-                    value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight)
+    terms = ppo_loss(logp, mb.logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
+                     value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight)
+    if teacher_coeff > 0.0 and chunks is None and mb.teacher.shape[-1]:
+        t_logp, _ = policy.log_prob_entropy(mb.obs, mb.teacher, mb.masks)
+        terms.teacher = teacher_nll(t_logp, weight)
+        terms.total = terms.total + teacher_coeff * terms.teacher
+    return terms
 
 
 def gradients(policy: ActorCritic, loss: torch.Tensor, params: list[torch.Tensor] | None = None) -> list[torch.Tensor]:

@@ -37,7 +37,8 @@ runs an episode with a rule or a policy): ``fifo``, ``spt`` (shortest processing
 ``edd`` (earliest due date), ``cr`` (critical ratio); hot lots first (``hot_first``).
 :func:`search_group_rules` tunes a rule per tool group (coordinate descent over the groups on
 given seeds) and :func:`group_rule_policy` plays such an assignment: a stronger baseline than
-any single rule, for a learned dispatcher to be held against.
+any single rule, for a learned dispatcher to be held against. :func:`rule_teacher` is a
+``teacher.policy`` (kickstarting): a dispatcher trained by PPO that imitates a rule early on.
 
 **Scenarios** (:data:`SCENARIOS`): ``hvlm`` and ``lvhm`` are the testbed's fabs in full
 (106 tool groups, 1443 / 1313 tools, 2 / 10 products, 2255 / 2156 lots of initial WIP);
@@ -59,7 +60,8 @@ TensorBoard scalars (``benchmarks/fab.py --tb DIR`` does so for evaluated runs).
 """
 from .data import FABS, FabData, load_fab
 from .env import OBJECTIVES, RELEASE_LEVELS, SLOT_FEATURES, FabEnv
-from .rules import CRITERIA, follow_command, group_rule_policy, log_history, play, run_rule, search_group_rules
+from .rules import (CRITERIA, follow_command, group_rule_policy, log_history, play, rule_teacher, run_rule,
+                    search_group_rules)
 from .scenarios import SCENARIOS, Scenario, build_model, describe, get_scenario
 from .sim import RULES, FabSim, Model
 
@@ -71,4 +73,5 @@ def make_env(**kwargs) -> FabEnv:
 
 __all__ = ["CRITERIA", "FABS", "FabData", "FabEnv", "FabSim", "Model", "OBJECTIVES", "RELEASE_LEVELS", "RULES",
            "SCENARIOS", "SLOT_FEATURES", "Scenario", "build_model", "describe", "follow_command", "get_scenario",
-           "group_rule_policy", "load_fab", "log_history", "make_env", "play", "run_rule", "search_group_rules"]
+           "group_rule_policy", "load_fab", "log_history", "make_env", "play", "rule_teacher", "run_rule",
+           "search_group_rules"]

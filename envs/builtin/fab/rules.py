@@ -51,6 +51,16 @@ def group_rule_policy(assignment: dict[str, str]):
     return policy
 
 
+def rule_teacher(raw_obs, members, env, rule: str = "cr", groups: dict[str, str] | None = None):
+    """A ``teacher.policy`` for kickstarting a fab dispatcher (slot or rule actions): the action
+    by which ``rule`` decides now, or at a tool group named in ``groups`` that group's rule."""
+    fab_env: FabEnv = getattr(env, "unwrapped", env)
+    pick = rule
+    if groups and fab_env.decision is not None:
+        pick = groups.get(fab_env.model.data.groups[fab_env.decision.group], rule)
+    return fab_env.rule_action(pick)
+
+
 def search_group_rules(scenario="hvlm_mini", seeds=(500, 501, 502, 503, 504), days: float | None = None,
                        sweeps: int = 2, start: str = "cr", log=None) -> tuple[dict[str, str], float]:
     """A rule per tool group, by coordinate descent on the mean tardiness over ``seeds``: from

@@ -1,0 +1,112 @@
+"""Kickstarting (``layers[].teacher``): a scripted teacher labels each decision and the loss adds
+its negative log-likelihood. On a task whose training reward is always zero, PPO alone has
+nothing to learn from, and only the teacher can teach the mapping; the same run without the
+teacher stays at chance. Also: the teacher's schedule, its metrics, and the errors."""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+from hdppo.platform.config import validate
+from hdppo.platform.errors import ConfigError
+from hdppo.platform.evaluation import evaluate_episodes
+from hdppo.platform.trainer import Trainer
+
+STEPS = 16
+CLASSES = 8  # a random initial policy matches about one class in eight
+
+
+class Classify(gym.Env):
+    """A one-hot class each step; the right action is the class. Reward ``reward`` per right
+    action: 0 while training (no signal for PPO), 1 to score an evaluation."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (CLASSES,), np.float32)
+    action_space = gym.spaces.Discrete(CLASSES)
+
+    def __init__(self, reward: float = 0.0):
+        self.reward = reward
+
+    def _obs(self):
+        self.k = int(self.np_random.integers(CLASSES))
+        return np.eye(CLASSES, dtype=np.float32)[self.k]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        r = self.reward * float(int(action) == self.k)
+        self.t += 1
+        return self._obs(), r, False, self.t >= STEPS, {}
+
+
+def class_teacher(raw_obs, members, env, offset: int = 0):
+    """The right action (shifted by ``offset``, to check that kwargs arrive)."""
+    return (int(np.argmax(raw_obs[members[0]])) + offset) % CLASSES
+
+
+def _config(teacher: dict | None, steps: int = 3072) -> dict:
+    layer = {"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 4, "lr": 3e-3, "entropy_coeff": 0.0},
+             "dppo": {"num_workers": 1, "num_envs_per_worker": 4, "train_batch_size": 256},
+             "normalization": {"observation": False, "reward": False}}
+    if teacher is not None:
+        layer["teacher"] = teacher
+    return tiny_config(env={"entry_point": "test_teacher:Classify", "kwargs": {"reward": 0.0}}, layers=[layer],
+                       train={"total_env_steps": steps, "checkpoint_every": 100, "eval_episodes": 0})
+
+
+def _right_per_episode(cfg_dict: dict, run_dir) -> float:
+    scored = dict(cfg_dict, env={"entry_point": "test_teacher:Classify", "kwargs": {"reward": 1.0}})
+    states = learner_states(load_checkpoint(latest_checkpoint(run_dir)))
+    eps = evaluate_episodes(validate(scored), states, 16, seed=11, num_envs=4)
+    return float(np.mean([e.ret for e in eps]))
+
+
+def test_a_teacher_teaches_what_a_zero_reward_cannot(tmp_path):
+    taught = _config({"policy": "test_teacher:class_teacher", "coeff": 1.0, "coeff_final": 1.0, "anneal": 1.0})
+    alone = _config(None)
+    Trainer(validate(taught), tmp_path / "taught", quiet=True).train()
+    Trainer(validate(alone), tmp_path / "alone", quiet=True).train()
+    right_taught = _right_per_episode(taught, tmp_path / "taught")
+    right_alone = _right_per_episode(alone, tmp_path / "alone")
+    assert right_taught >= 0.9 * STEPS, right_taught           # it follows the teacher
+    assert right_alone <= 0.5 * STEPS, right_alone             # chance: STEPS / CLASSES
+
+
+def test_the_teacher_term_is_logged_and_anneals(tmp_path):
+    import json
+
+    cfg = _config({"policy": "test_teacher:class_teacher", "kwargs": {"offset": 1}, "coeff": 2.0,
+                   "coeff_final": 0.0, "anneal": 0.5}, steps=2048)
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    coeff = [r["value"] for r in rows if r["tag"] == "charts/teacher_coeff"]
+    nll = [r["value"] for r in rows if r["tag"] == "losses/teacher_nll"]
+    assert coeff[0] > 1.0 and coeff[-1] == 0.0 and all(a >= b for a, b in zip(coeff, coeff[1:]))
+    # Logged while the teacher's weight is above zero (after that the term is not computed).
+    assert len(nll) == sum(c > 0 for c in coeff) >= 3 and nll[-1] < 0.5 * nll[0]   # it learned the (shifted) labels
+    # The labels came through kwargs: the policy picks class + 1, not the class.
+    scored = dict(cfg, env={"entry_point": "test_teacher:Classify", "kwargs": {"reward": 1.0}})
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+    right = np.mean([e.ret for e in evaluate_episodes(validate(scored), states, 8, seed=5, num_envs=4)])
+    assert right <= 0.5 * STEPS
+
+
+def test_teacher_errors_name_the_field(tmp_path):
+    bad = _config({"policy": "test_teacher:no_such_function"})
+    with pytest.raises(ConfigError, match=r"layer 'control', teacher.policy: .*no attribute 'no_such_function'"):
+        Trainer(validate(bad), tmp_path / "a", quiet=True).train()
+    wrong = _config({"policy": "test_teacher:two_values"})
+    with pytest.raises(Exception, match=r"teacher.policy: test_teacher:two_values returned 2 value\(s\).*have 1"):
+        Trainer(validate(wrong), tmp_path / "b", quiet=True).train()
+    dppo = _config({"policy": "test_teacher:class_teacher"})
+    dppo["layers"][0]["dppo"]["mode"] = "dppo"
+    with pytest.raises(Exception, match="teacher needs dppo.mode 'central'"):
+        validate(dppo)
+    assert not (tmp_path / "a" / "checkpoints").exists()
+
+
+def two_values(raw_obs, members, env):
+    return [0, 1]
