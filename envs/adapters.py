@@ -52,6 +52,12 @@ class GymnasiumAdapter(MultiAgentAdapter):
         self._live: list[str] = []
         self._last_obs: Any = None
 
+    @property
+    def unwrapped(self) -> gym.Env:
+        """The Gymnasium env inside, as ``gym.Env.unwrapped``: what a teacher or an observation
+        function given this copy reaches its own methods through."""
+        return self.env.unwrapped
+
     def observation_space(self, agent: str) -> gym.Space:
         return self.env.observation_space
 

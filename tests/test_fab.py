@@ -188,6 +188,22 @@ def test_rule_actions_play_as_the_rules_do():
     assert fab.FabEnv(days=1.0, action="rule", release_control=True).action_space.nvec.tolist() == [4, 3]
 
 
+def test_rule_teacher_labels_through_the_engine_copies():
+    """rule_teacher reaches the FabEnv inside the copies hdppo steps (its Dict observation with an
+    action mask goes through the multi-agent adapter): its labels are the rule's actions."""
+    from hdppo.envs.vector import make_vector_env
+    from hdppo.platform.config import load_config
+
+    e = load_config(Path(__file__).parents[1] / "configs" / "fab_rules.yaml", ["env.kwargs.days=0.5"]).env
+    venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, 2, seed=0)
+    venv.reset(seed=0)
+    for i in range(2):
+        env = venv.copy_env(i)
+        assert fab.rule_teacher(venv.raw_obs(i), ["agent_0"], env) == fab.RULES.index("cr")
+        assert fab.rule_teacher(venv.raw_obs(i), ["agent_0"], env, rule="edd") == fab.RULES.index("edd")
+    venv.close()
+
+
 def test_follow_command_reward():
     from hdppo.envs.rewards import resolve_reward
 
