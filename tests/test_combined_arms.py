@@ -109,6 +109,20 @@ def test_attack_nearest_attacks_an_enemy_in_range_and_not_a_friend():
     assert move9[magent.unit_action(v, 9, melee_enemy, 2, groups, None)] == (-1, 0)
 
 
+def test_nearest_teacher_labels_the_scripted_units_actions_through_the_engine_copies():
+    """The kickstarting teacher, called as the engine calls it (the copy's raw observations, one
+    unit, the copy behind env.opponents), gives each red unit the action the script gives it."""
+    venv = venv_with("random", n=2, alive=STANDING)
+    venv.reset(seed=0)
+    for i in range(2):
+        raw, env = venv.raw_obs(i), venv.copy_env(i)
+        script = magent.attack_nearest({a: raw[a] for a in RED if a in raw}, env, np.random.default_rng(0))
+        labels = {a: magent.nearest_teacher(raw, [a], env) for a in RED if a in raw}
+        assert labels == script and len(labels) == len(RED)
+        assert all(0 <= v < env.action_space(a).n for a, v in labels.items())
+    venv.close()
+
+
 def test_attack_nearest_beats_a_random_team_in_the_real_game():
     venv = make_vector_env("pettingzoo", ENV_ID, None, {"map_size": 16, "max_cycles": 60}, None, 1,
                            opponents={"agents": "red", "policy": "hdppo.envs.builtin.magent:attack_nearest",

@@ -15,6 +15,8 @@
 ``standing`` is the matching ``env.opponents.alive``: MAgent2 ends a game as soon as one group
 (combined arms: one unit type of one side) is wiped out, or at ``max_cycles``, and then marks
 every agent terminated; ``standing`` reads the survivors from the grid instead.
+``nearest_teacher`` is the same script as a ``teacher.policy`` (kickstarting): a layer of units
+that imitates attack-nearest early in training and improves on it by PPO.
 
 How MAgent2 lays out what the script reads (checked against magent2 0.3.4 in
 ``tests/test_combined_arms.py``):
@@ -152,6 +154,14 @@ def attack_nearest(observations: dict[str, Any], env: Any, rng: np.random.Genera
                 goal = (far[0] - me[0], far[1] - me[1])
         out[agent] = unit_action(view, int(env.action_space(agent).n), enemy, per_group, len(groups), goal)
     return out
+
+
+def nearest_teacher(raw_obs: dict[str, Any], members: list[str], env: Any) -> int:
+    """``teacher.policy`` (kickstarting) for a layer of units: the attack-nearest action of the
+    lane's unit, as the scripted team would play it. ``env``: the copy hdppo steps (the adapter
+    of a MAgent2 parallel env, with or without ``env.opponents``)."""
+    agent = members[0]
+    return int(attack_nearest({agent: raw_obs[agent]}, env, np.random.default_rng(0))[agent])
 
 
 def standing(env: Any) -> list[str]:
