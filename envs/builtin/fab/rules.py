@@ -44,11 +44,7 @@ def play(env: FabEnv, policy, seed: int | None = None) -> dict[str, float]:
 def group_rule_policy(assignment: dict[str, str]):
     """A ``play`` policy for an env with ``action='rule'``: at each decision, the rule that
     ``assignment`` gives the deciding tool group (by name; a group not named: cr)."""
-    def policy(obs, env: FabEnv) -> int:
-        if env.decision is None:
-            return 0
-        return RULES.index(assignment.get(env.model.data.groups[env.decision.group], "cr"))
-    return policy
+    return lambda obs, env: rule_teacher(None, None, env, groups=assignment)
 
 
 def rule_teacher(raw_obs, members, env, rule: str = "cr", groups: dict[str, str] | None = None):
