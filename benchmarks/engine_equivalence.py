@@ -14,7 +14,16 @@ policy's own for those actions. For each engine, in its own process (the old one
    advantages and returns compared element by element;
 2. **learner**: three ``update_central`` calls on those rollouts from the same initial weights,
    the losses, KL and clip fraction compared;
-3. **observation normalizer**: the same raw observation stream through both normalizers.
+3. **observation normalizer**: the same raw observation stream through both normalizers;
+4. **the whole training loop, sampled actions**: ``hdppo train`` itself (trainer, sync mode,
+   parameter service, workers, learner), on the local backend and on Ray, for each engine. A
+   ``sitecustomize`` on the subprocesses' path (Ray's workers inherit it) makes every policy
+   draw its Gaussian noise from a stream of its own worker's index, so two engines that compute
+   the same thing sample the same actions: their first rollouts and first updates must agree.
+   A fifth arm runs the current engine with the old ``ObservationNormalizer`` swapped in, which
+   removes the one float-level difference of sampling (section 3), so that rollout 1 is
+   bit-identical. Later updates drift apart from float rounding of the first one, amplified by
+   the simulator's contacts: only the first update is a test of equality.
 
 Usage:
     python benchmarks/engine_equivalence.py [--old-commit db4796a]
@@ -24,6 +33,7 @@ Writes benchmarks/results/engine_equivalence.{json,md}.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -32,13 +42,14 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import command_line, save_files  # noqa: E402
 from machine import machine_info  # noqa: E402
-from old_commit import old_tree  # noqa: E402
+from old_commit import hdppo_train, old_tree  # noqa: E402
 
 OLD_COMMIT = "db4796a"  # the engine of the Ant-v5 4181 run (2026-11-29)
 FIELDS = ("obs", "actions", "logp", "values", "advantages", "returns")
@@ -89,6 +100,92 @@ for k in range(3):
 np.savez(out, **{f: np.concatenate(v) for f, v in arrays.items()})
 print("RESULT " + json.dumps({"losses": losses, "episode_lengths": lengths, "files": N.__file__}))
 ''' % {"fields": FIELDS, "losses": LOSSES}
+
+
+# Section 4's sitecustomize: patches whichever hdppo a process imports, when it imports it.
+_SITE = r'''
+import importlib.abc, importlib.util, os, sys
+_TARGETS = ("hdppo.policies.networks", "hdppo.platform.rollout_worker")
+class _Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in _TARGETS:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            (_patch_policy if name.endswith("networks") else _patch_worker)(module)
+        spec.loader.exec_module = exec_module
+        return spec
+def _patch_policy(N):
+    import numpy as np, torch
+    streams = {}
+    def act(self, obs, deterministic=False, masks=None, critic_obs=None, with_value=True, **kw):
+        with torch.no_grad():
+            obs = torch.as_tensor(obs)
+            d = self._dists(obs, masks)
+            if deterministic:
+                a = d.mean
+            else:  # the noise stream of this policy's worker (index set by the worker patch)
+                i = self.__dict__.get("_replay_worker", -1)
+                rng = streams.setdefault(i, np.random.default_rng(1000 + i))
+                a = d.mean + d.stddev * torch.as_tensor(rng.standard_normal(tuple(d.mean.shape)), dtype=torch.float32)
+            logp = d.log_prob(a).sum(-1)
+            v = self.value(obs, critic_obs) if with_value else None
+        return a.numpy(), logp.numpy(), (None if v is None else v.numpy())
+    N.ActorCritic.act = act
+def _patch_worker(RW):
+    init = RW.RolloutWorker.__init__
+    def __init__(self, cfg, layers, worker_index, *a, **k):
+        init(self, cfg, layers, worker_index, *a, **k)
+        for p in self.policies.values():
+            p.__dict__["_replay_worker"] = worker_index
+    RW.RolloutWorker.__init__ = __init__
+    swap = os.environ.get("HDPPO_REPLAY_OBS_NORMALIZER")
+    if swap:  # another tree's normalizers.py: its ObservationNormalizer replaces this one
+        spec = importlib.util.spec_from_file_location("_replay_normalizers", swap)
+        m = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = m
+        spec.loader.exec_module(m)
+        RW.ObservationNormalizer = m.ObservationNormalizer
+sys.meta_path.insert(0, _Hook())
+'''
+REPLAY_TAGS = ("charts/episodes", "charts/episodic_return", "losses/policy", "losses/value", "losses/entropy",
+               "losses/approx_kl", "losses/clipfrac")
+REPLAY_ARMS = (("old", "local", False), ("old", "ray", False), ("new", "local", False), ("new", "ray", False),
+               ("new", "local", True))
+
+
+def training_replay(tmp: Path, old_root: Path, updates: int) -> dict:
+    """Section 4: ``hdppo train`` on Ant-v5 for ``updates`` updates in each arm; per update, the
+    metrics of ``REPLAY_TAGS``."""
+    site = tmp / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SITE)
+    cfg = yaml.safe_load((HERE.parent / "configs" / "ant.yaml").read_text())
+    cfg.pop("description", None)  # older schemas have no description
+    cfg["train"].update(eval_episodes=0, checkpoint_every=10_000,
+                        total_env_steps=updates * cfg["layers"][0]["dppo"]["train_batch_size"])
+    arms = []
+    for engine, backend, old_norm in REPLAY_ARMS:
+        c = copy.deepcopy(cfg)
+        c["ray"] = {"backend": backend}
+        name = f"{engine}_{backend}" + ("_oldnorm" if old_norm else "")
+        extra = {"HDPPO_REPLAY_OBS_NORMALIZER": str(old_root / "hdppo" / "policies" / "normalizers.py")} if old_norm else {}
+        hdppo_train(c, tmp / name, old_root if engine == "old" else None, extra_paths=(site,), extra_env=extra,
+                    timeout_s=1800)
+        per_update: dict[int, dict[str, float]] = {}
+        for line in (tmp / name / "metrics.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            if r["tag"] in REPLAY_TAGS:
+                per_update.setdefault(r["step"], {})[r["tag"]] = r["value"]
+        label = f"{engine} engine, {backend} backend" + (", old ObservationNormalizer" if old_norm else "")
+        arms.append({"arm": label, "updates": [per_update[k] for k in sorted(per_update)]})
+    return {"updates": updates, "arms": arms}
 
 
 def run_engine(tmp: Path, tag: str, obs_norm: bool, import_root: Path | None) -> tuple[dict, dict]:
@@ -178,6 +275,22 @@ def render(report: dict) -> str:
               f"{z['p99_abs_diff']:.3g} at the 99th percentile, {z['max_abs_diff']:.3g} at most (the new normalizer "
               "recomputes its mean and std when the unused samples would move them by 1/256 of their weight, the old "
               "one every step; their statistics agree).", ""]
+    rep = report.get("training")
+    if rep:
+        ref = rep["arms"][0]["updates"]
+        lines += ["## 4. The whole training loop (`hdppo train`), sampled actions", "",
+                  "Every policy draws its noise from its worker's own stream, so equal engines sample equal actions. "
+                  "Per update: episodes ended / mean return / approx KL / value loss; last column: the largest relative "
+                  "difference of any logged metric from the first arm at update 1.", "",
+                  "| arm | " + " | ".join(f"update {k + 1}" for k in range(len(ref))) + " | update 1 vs first arm |",
+                  "|---|" + "---|" * len(ref) + "---:|"]
+        for arm in rep["arms"]:
+            ups = arm["updates"]
+            cells = [f"{u['charts/episodes']:.0f} / {u['charts/episodic_return']:.2f} / {u['losses/approx_kl']:.5f} / "
+                     f"{u['losses/value']:.4f}" for u in ups]
+            rel = max(abs(ups[0][t] - ref[0][t]) / max(abs(ref[0][t]), 1e-12) for t in REPLAY_TAGS)
+            lines.append(f"| {arm['arm']} | " + " | ".join(cells) + f" | {rel:.2g} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -185,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old-commit", default=OLD_COMMIT)
     ap.add_argument("--out", default=str(HERE / "results" / "engine_equivalence"))
+    ap.add_argument("--updates", type=int, default=3, help="updates of section 4's training runs (0: skip it)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hdppo_equiv_") as tmp_s, old_tree(args.old_commit) as root:
         tmp = Path(tmp_s)
@@ -197,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                   "losses": {"old": info_old["losses"], "new": info_new["losses"]},
                   "episode_lengths": {"old": info_old["episode_lengths"], "new": info_new["episode_lengths"]},
                   "normalizer": normalizer_stream(root, new["obs"])}
+        if args.updates:
+            report["training"] = training_replay(tmp, root, args.updates)
     md = render(report)
     save_files(Path(args.out), report, md)
     print(md)

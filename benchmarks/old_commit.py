@@ -63,8 +63,11 @@ def old_tree(commit: str) -> Iterator[Path]:
 
 
 def hdppo_train(config: dict, run_dir: Path, import_root: Path | None = None,
-                overrides: list[str] | None = None, timeout_s: float = 3600.0) -> dict:
+                overrides: list[str] | None = None, timeout_s: float = 3600.0,
+                extra_paths: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> dict:
     """``hdppo train`` on ``config`` in a subprocess, with the old tree at ``import_root`` if given.
+    ``extra_paths`` go on ``PYTHONPATH`` after it (e.g. a folder with a ``sitecustomize``), and
+    ``extra_env`` into the subprocess' environment (Ray's local workers inherit both).
 
     Returns the subprocess' wall time and where ``hdppo.platform`` resolved; raises with the
     tail of its output when it fails, or when the copy imported is not the one asked for.
@@ -75,10 +78,11 @@ def hdppo_train(config: dict, run_dir: Path, import_root: Path | None = None,
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     boot = run_dir.parent / "_hdppo_boot.py"
     boot.write_text(_BOOT)
-    env = dict(os.environ)
+    env = dict(os.environ, **(extra_env or {}))
     env.pop("PYTHONPATH", None)
-    if import_root is not None:
-        env["PYTHONPATH"] = str(import_root)
+    paths = ([str(import_root)] if import_root is not None else []) + [str(p) for p in extra_paths]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     cmd = [sys.executable, str(boot), "train", str(cfg_path), "--run-dir", str(run_dir)]
     for o in overrides or []:
         cmd += ["--set", o]
