@@ -163,6 +163,8 @@ REPLAY_ARMS = (("old", "local", False), ("old", "ray", False), ("new", "local", 
 def training_replay(tmp: Path, old_root: Path, updates: int) -> dict:
     """Section 4: ``hdppo train`` on Ant-v5 for ``updates`` updates in each arm; per update, the
     metrics of ``REPLAY_TAGS``."""
+    from hdppo.platform.metrics import read_jsonl
+
     site = tmp / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(_SITE)
@@ -179,8 +181,7 @@ def training_replay(tmp: Path, old_root: Path, updates: int) -> dict:
         hdppo_train(c, tmp / name, old_root if engine == "old" else None, extra_paths=(site,), extra_env=extra,
                     timeout_s=1800)
         per_update: dict[int, dict[str, float]] = {}
-        for line in (tmp / name / "metrics.jsonl").read_text().splitlines():
-            r = json.loads(line)
+        for r in read_jsonl(tmp / name / "metrics.jsonl"):
             if r["tag"] in REPLAY_TAGS:
                 per_update.setdefault(r["step"], {})[r["tag"]] = r["value"]
         label = f"{engine} engine, {backend} backend" + (", old ObservationNormalizer" if old_norm else "")
