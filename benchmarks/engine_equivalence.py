@@ -24,6 +24,12 @@ policy's own for those actions. For each engine, in its own process (the old one
    removes the one float-level difference of sampling (section 3), so that rollout 1 is
    bit-identical. Later updates drift apart from float rounding of the first one, amplified by
    the simulator's contacts: only the first update is a test of equality.
+5. **many updates, no contacts**: section 4's harness on Pendulum-v1 (episodes end by truncation
+   only) for 30 updates, the current engine with and without its three deliberate float-level
+   differences patched out (its observation normalizer; when a truncated episode's final
+   observation is normalized; the reward scaler's prior). With all three out, the engines must
+   agree to float rounding until PPO's clipping, whose decisions flip on rounding, amplifies it:
+   a structural difference in any update would show as a jump there.
 
 Usage:
     python benchmarks/engine_equivalence.py [--old-commit db4796a]
@@ -105,7 +111,7 @@ print("RESULT " + json.dumps({"losses": losses, "episode_lengths": lengths, "fil
 # Section 4's sitecustomize: patches whichever hdppo a process imports, when it imports it.
 _SITE = r'''
 import importlib.abc, importlib.util, os, sys
-_TARGETS = ("hdppo.policies.networks", "hdppo.platform.rollout_worker")
+_TARGETS = ("hdppo.policies.networks", "hdppo.platform.rollout_worker", "hdppo.hierarchies.engine")
 class _Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in _TARGETS:
@@ -118,7 +124,7 @@ class _Hook(importlib.abc.MetaPathFinder):
         run = spec.loader.exec_module
         def exec_module(module):
             run(module)
-            (_patch_policy if name.endswith("networks") else _patch_worker)(module)
+            {"networks": _patch_policy, "rollout_worker": _patch_worker, "engine": _patch_engine}[name.rsplit(".", 1)[1]](module)
         spec.loader.exec_module = exec_module
         return spec
 def _patch_policy(N):
@@ -152,17 +158,52 @@ def _patch_worker(RW):
         sys.modules[spec.name] = m
         spec.loader.exec_module(m)
         RW.ObservationNormalizer = m.ObservationNormalizer
+    if os.environ.get("HDPPO_REPLAY_SCALER_PRIOR0"):  # the old RewardScaler's start: no prior weight
+        RW.RewardScaler.PRIOR_COUNT = 0.0
+def _patch_engine(E):
+    # HDPPO_REPLAY_LATE_BOOT: normalize a truncated episode's final observation when the values
+    # are computed (at the end of the rollout), as the old engine did, not at its step.
+    if not os.environ.get("HDPPO_REPLAY_LATE_BOOT") or not hasattr(E, "Sampler"):
+        return
+    close, flush = E.Sampler._close, E.Sampler.flush_values
+    def _close(self, p, buf, closing, end, truncated=None, res=None, cut=False):
+        if cut:
+            return close(self, p, buf, closing, end, truncated, res, cut)
+        real, k0 = self.obs_norms[p.name], len(buf.boot_obs)
+        self.obs_norms[p.name] = lambda x: x.copy()
+        try:
+            close(self, p, buf, closing, end, truncated, res, cut)
+        finally:
+            self.obs_norms[p.name] = real
+        late = buf.__dict__.setdefault("_late", {})
+        for k in range(k0, len(buf.boot_obs)):
+            late[k] = real
+    def flush_values(self):
+        for buf in self.buffers.values():
+            for k, norm in buf.__dict__.pop("_late", {}).items():
+                buf.boot_obs[k] = norm(buf.boot_obs[k])
+        flush(self)
+    E.Sampler._close, E.Sampler.flush_values = _close, flush_values
 sys.meta_path.insert(0, _Hook())
 '''
 REPLAY_TAGS = ("charts/episodes", "charts/episodic_return", "losses/policy", "losses/value", "losses/entropy",
                "losses/approx_kl", "losses/clipfrac")
-REPLAY_ARMS = (("old", "local", False), ("old", "ray", False), ("new", "local", False), ("new", "ray", False),
-               ("new", "local", True))
+# An arm: (engine, backend, patches). Patches remove the current engine's deliberate float-level
+# differences from the old one: "oldnorm" its ObservationNormalizer (float32, recomputed when
+# stale), "lateboot" the time a truncated episode's final observation is normalized, "prior0"
+# the RewardScaler's prior weight (it changes the first steps' reward scale).
+REPLAY_ARMS = (("old", "local", ()), ("old", "ray", ()), ("new", "local", ()), ("new", "ray", ()),
+               ("new", "local", ("oldnorm",)))
+PENDULUM_ARMS = (("old", "local", ()), ("new", "local", ()), ("new", "local", ("oldnorm",)),
+                 ("new", "local", ("oldnorm", "lateboot", "prior0")))
+PATCH_LABELS = {"oldnorm": "old ObservationNormalizer", "lateboot": "final observation normalized late",
+                "prior0": "no reward-scaler prior"}
 
 
-def training_replay(tmp: Path, old_root: Path, updates: int) -> dict:
-    """Section 4: ``hdppo train`` on Ant-v5 for ``updates`` updates in each arm; per update, the
-    metrics of ``REPLAY_TAGS``."""
+def training_replay(tmp: Path, old_root: Path, updates: int, env: dict | None = None,
+                    arms_spec: tuple = REPLAY_ARMS) -> dict:
+    """Sections 4 and 5: ``hdppo train`` with ``configs/ant.yaml``'s settings (on ``env`` if
+    given) for ``updates`` updates in each arm; per update, the metrics of ``REPLAY_TAGS``."""
     from hdppo.platform.metrics import read_jsonl
 
     site = tmp / "site"
@@ -170,23 +211,41 @@ def training_replay(tmp: Path, old_root: Path, updates: int) -> dict:
     (site / "sitecustomize.py").write_text(_SITE)
     cfg = yaml.safe_load((HERE.parent / "configs" / "ant.yaml").read_text())
     cfg.pop("description", None)  # older schemas have no description
+    if env is not None:
+        cfg["env"] = env
     cfg["train"].update(eval_episodes=0, checkpoint_every=10_000,
                         total_env_steps=updates * cfg["layers"][0]["dppo"]["train_batch_size"])
     arms = []
-    for engine, backend, old_norm in REPLAY_ARMS:
+    for engine, backend, patches in arms_spec:
         c = copy.deepcopy(cfg)
         c["ray"] = {"backend": backend}
-        name = f"{engine}_{backend}" + ("_oldnorm" if old_norm else "")
-        extra = {"HDPPO_REPLAY_OBS_NORMALIZER": str(old_root / "hdppo" / "policies" / "normalizers.py")} if old_norm else {}
+        name = "_".join((cfg["env"]["id"], engine, backend) + tuple(patches))
+        extra = {}
+        if "oldnorm" in patches:
+            extra["HDPPO_REPLAY_OBS_NORMALIZER"] = str(old_root / "hdppo" / "policies" / "normalizers.py")
+        if "lateboot" in patches:
+            extra["HDPPO_REPLAY_LATE_BOOT"] = "1"
+        if "prior0" in patches:
+            extra["HDPPO_REPLAY_SCALER_PRIOR0"] = "1"
         hdppo_train(c, tmp / name, old_root if engine == "old" else None, extra_paths=(site,), extra_env=extra,
                     timeout_s=1800)
         per_update: dict[int, dict[str, float]] = {}
         for r in read_jsonl(tmp / name / "metrics.jsonl"):
             if r["tag"] in REPLAY_TAGS:
                 per_update.setdefault(r["step"], {})[r["tag"]] = r["value"]
-        label = f"{engine} engine, {backend} backend" + (", old ObservationNormalizer" if old_norm else "")
+        label = ", ".join([f"{engine} engine, {backend} backend"] + [PATCH_LABELS[k] for k in patches])
         arms.append({"arm": label, "updates": [per_update[k] for k in sorted(per_update)]})
-    return {"updates": updates, "arms": arms}
+    return {"updates": updates, "env": cfg["env"], "arms": arms}
+
+
+# The smooth metrics of section 5 (KL and clip fraction are small counts that jump on one clip decision).
+SMOOTH_TAGS = ("charts/episodic_return", "losses/value", "losses/entropy")
+
+
+def divergence(a: list[dict], b: list[dict], tags: tuple[str, ...] = SMOOTH_TAGS) -> list[float]:
+    """Per update, the largest relative difference of the metrics ``tags`` between two arms."""
+    return [max(abs(x[t] - y[t]) / max(abs(x[t]), 1e-12) for t in tags if t in x and t in y and x[t] != 0)
+            for x, y in zip(a, b)]
 
 
 def run_engine(tmp: Path, tag: str, obs_norm: bool, import_root: Path | None) -> tuple[dict, dict]:
@@ -253,8 +312,17 @@ def render(report: dict) -> str:
     lines = ["# The one-sampler engine against the engine of the Ant-v5 4181 run, on one trajectory", "",
              f"Run {report['machine']['timestamp_utc']} on {report['machine']['cpu_model']}, "
              f"{report['machine']['cpu_count']} CPUs. Command: `{report['command']}`. Old engine: commit "
-             f"`{report['old_commit']}`. See the script's docstring for the set-up.", "",
-             "## 1. Sampler, GAE, reward scaling (observation normalization off: one trajectory)", "",
+             f"`{report['old_commit']}`. See the script's docstring for the set-up.", ""]
+    if "batches" in report:  # sections 1-4 (section 5 may run alone: --only-pendulum)
+        lines += _sections_1_to_4(report)
+    pend = report.get("pendulum")
+    if pend:
+        lines += _section_5(pend)
+    return "\n".join(lines) + "\n"
+
+
+def _sections_1_to_4(report: dict) -> list[str]:
+    lines = ["## 1. Sampler, GAE, reward scaling (observation normalization off: one trajectory)", "",
              f"Episode lengths (both engines): {report['episode_lengths']['new']}", "",
              "Rollout 1 acts with the shared initial weights; rollouts 2 and 3 with each engine's own learner "
              "update of them (section 2), equal up to float rounding, whose differences then grow.", "",
@@ -292,7 +360,31 @@ def render(report: dict) -> str:
             rel = max(abs(ups[0][t] - ref[0][t]) / max(abs(ref[0][t]), 1e-12) for t in REPLAY_TAGS)
             lines.append(f"| {arm['arm']} | " + " | ".join(cells) + f" | {rel:.2g} |")
         lines.append("")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _section_5(pend: dict) -> list[str]:
+    ref = pend["arms"][0]["updates"]
+    shown = [k for k in (1, 2, 3, 4, 5, 10, 20, 30, 50, 100) if k <= len(ref)]
+    lines = ["## 5. The whole training loop on Pendulum-v1, over many updates", "",
+              f"Section 4's harness on `{pend['env']['id']}` with `configs/ant.yaml`'s PPO settings, "
+              f"{pend['updates']} updates, local backend. Pendulum's episodes end by truncation only "
+              "(200 steps), so every update bootstraps from final observations and from the rollout's cut, "
+              "publishes normalizer statistics and carries the reward scaler over. Each cell: the largest "
+              "relative difference from the old engine at that update of the mean episode return, the value "
+              "loss and the entropy (KL and clip fraction, small and jumping on single clip decisions, left "
+              "out; the json has them); then the largest difference in the KL at any of the first three "
+              "updates, and the entropy at the last update (old engine: "
+              f"{ref[-1]['losses/entropy']:.4f}).", "",
+              "| arm | " + " | ".join(f"update {k}" for k in shown) + " | KL, updates 1-3 | entropy, last update |",
+              "|---|" + "---:|" * (len(shown) + 2)]
+    for arm in pend["arms"][1:]:
+        d = divergence(ref, arm["updates"])
+        kl = max(divergence(ref[:3], arm["updates"][:3], ("losses/approx_kl",)))
+        lines.append(f"| {arm['arm']} | " + " | ".join(f"{d[k - 1]:.1g}" for k in shown)
+                     + f" | {kl:.1g} | {arm['updates'][-1]['losses/entropy']:.4f} |")
+    lines.append("")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,9 +392,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old-commit", default=OLD_COMMIT)
     ap.add_argument("--out", default=str(HERE / "results" / "engine_equivalence"))
     ap.add_argument("--updates", type=int, default=3, help="updates of section 4's training runs (0: skip it)")
+    ap.add_argument("--pendulum-updates", type=int, default=30, help="updates of section 5's runs (0: skip it)")
+    ap.add_argument("--only-pendulum", action="store_true",
+                    help="section 5 alone, written to <out>_pendulum.{json,md} (the other sections' file is kept)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hdppo_equiv_") as tmp_s, old_tree(args.old_commit) as root:
         tmp = Path(tmp_s)
+        if args.only_pendulum:
+            report = {"machine": machine_info(), "command": command_line(argv), "old_commit": args.old_commit,
+                      "pendulum": training_replay(tmp, root, args.pendulum_updates, {"id": "Pendulum-v1"},
+                                                  PENDULUM_ARMS)}
+            md = render(report)
+            save_files(Path(args.out + "_pendulum"), report, md)
+            print(md)
+            return 0
         new, info_new = run_engine(tmp, "new", False, None)
         old, info_old = run_engine(tmp, "old", False, root)
         if not info_old["files"].startswith(str(root)):
@@ -314,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
                   "normalizer": normalizer_stream(root, new["obs"])}
         if args.updates:
             report["training"] = training_replay(tmp, root, args.updates)
+        if args.pendulum_updates:
+            report["pendulum"] = training_replay(tmp, root, args.pendulum_updates, {"id": "Pendulum-v1"}, PENDULUM_ARMS)
     md = render(report)
     save_files(Path(args.out), report, md)
     print(md)

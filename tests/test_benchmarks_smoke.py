@@ -79,6 +79,21 @@ def test_engine_equivalence_compares_per_rollout():
     assert [r["rows_over_1e-3"] for r in out["values"]] == [0, 0, 1] and out["obs"][2]["rows"] == 2
 
 
+def test_engine_equivalence_section_5_divergence_and_table():
+    import engine_equivalence as eq
+
+    base = {"charts/episodic_return": -100.0, "losses/value": 1.0, "losses/entropy": 2.0, "losses/approx_kl": 0.01}
+    other = [dict(base), dict(base, **{"losses/entropy": 2.2}), dict(base, **{"losses/approx_kl": 0.02})]
+    # KL is left out of the smooth metrics; entropy 2.2 against 2.0 is 10%
+    assert eq.divergence([base] * 3, other) == pytest.approx([0.0, 0.1, 0.0])
+    assert eq.divergence([base] * 3, other, ("losses/approx_kl",)) == [0.0, 0.0, 1.0]
+    pend = {"updates": 3, "env": {"id": "Pendulum-v1"},
+            "arms": [{"arm": "old", "updates": [base] * 3}, {"arm": "new patched", "updates": other}]}
+    md = eq.render({"machine": {"timestamp_utc": "t", "cpu_model": "c", "cpu_count": 2}, "command": "x",
+                    "old_commit": "abc", "pendulum": pend})
+    assert "## 1." not in md and "| new patched | 0 | 0.1 | 0 | 1 | 2.0000 |" in md
+
+
 def test_markdown_with_missing_and_failed_parts():
     results = {"simple_spread_v3": {"raw": {"env_steps_per_s": 100.0, "agent_steps_per_s": 300.0},
                                     "sampling": {"env_steps_per_s": 70.0, "agent_steps_per_s": 210.0},
