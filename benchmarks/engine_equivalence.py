@@ -128,6 +128,8 @@ class _Hook(importlib.abc.MetaPathFinder):
         spec.loader.exec_module = exec_module
         return spec
 def _patch_policy(N):
+    if os.environ.get("HDPPO_REPLAY_OWN_NOISE"):  # keep the engine's own noise (a long A/B run, not a replay)
+        return
     import numpy as np, torch
     streams = {}
     def act(self, obs, deterministic=False, masks=None, critic_obs=None, with_value=True, **kw):
