@@ -11,16 +11,24 @@ Usage:
     python benchmarks/learning_seeds.py --title "Ant-v5, 3M env steps" --key ant_seeds \\
         --target 2500 ant_seed1_numpy ant_seed2 ant_seed3
 
+With ``--versus NAME ...`` (the runs of another arm, e.g. another engine) it also compares the
+two arms: the difference of their means and an exact permutation test of it (every split of the
+pooled runs into two groups of those sizes; no distribution assumed, which suits a handful of
+runs whose outcomes are skewed).
+
 Writes benchmarks/results/learning_seeds_<key>.{json,md}.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
 import sys
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -64,7 +72,32 @@ def summarise(runs: list[dict], target: float | None) -> dict:
     return out
 
 
-def markdown(title: str, runs: list[dict], summary: dict, command: str, machine: dict) -> str:
+def permutation_p(a: list[float], b: list[float], max_splits: int = 200_000, seed: int = 0) -> float:
+    """Two-sided p-value of ``mean(a) - mean(b)`` under exchangeability: the share of the splits of
+    the pooled values into groups of ``len(a)`` and ``len(b)`` whose difference is at least as
+    large in size. Every split when there are at most ``max_splits``, else that many random ones."""
+    pooled = np.asarray(list(a) + list(b), np.float64)
+    n, k = len(pooled), len(a)
+    observed = abs(float(np.mean(a)) - float(np.mean(b)))
+    total = pooled.sum()
+    if math.comb(n, k) <= max_splits:
+        sums = np.array([pooled[list(c)].sum() for c in itertools.combinations(range(n), k)])
+    else:
+        rng = np.random.default_rng(seed)
+        sums = np.array([pooled[rng.choice(n, k, replace=False)].sum() for _ in range(max_splits)])
+    diffs = np.abs(sums / k - (total - sums) / (n - k))
+    return float(np.mean(diffs >= observed - 1e-9))
+
+
+def compare(runs: list[dict], other: list[dict]) -> dict:
+    a = [float(r["return_mean"]) for r in runs]
+    b = [float(r["return_mean"]) for r in other]
+    return {"runs": len(b), "mean": statistics.fmean(b), "std_over_runs": statistics.stdev(b) if len(b) > 1 else float("nan"),
+            "difference": statistics.fmean(a) - statistics.fmean(b), "permutation_p_two_sided": permutation_p(a, b)}
+
+
+def markdown(title: str, runs: list[dict], summary: dict, command: str, machine: dict,
+             other: list[dict] | None = None, versus: dict | None = None) -> str:
     lines = [f"# {title}: a learning result over {len(runs)} runs", "",
              f"Command: `{command}`", "",
              f"Machine: {machine.get('cpu_model', '?')}, {machine.get('cpu_count', '?')} CPUs; each run's own "
@@ -82,6 +115,16 @@ def markdown(title: str, runs: list[dict], summary: dict, command: str, machine:
         lines.append(f"Target {s['target']:g}: **{s['verdict']}** (mean over runs "
                      f"{'at or above' if s['mean_at_target'] else 'below'} it; {s['runs_at_target']} of "
                      f"{s['runs']} runs at or above it).")
+    if other and versus:
+        lines += ["", "Against the other arm (`--versus`):", "",
+                  "| run | train seed | deterministic eval |", "|---|---:|---:|"]
+        for r in other:
+            seed = (r.get("config") or {}).get("train", {}).get("seed", "?")
+            lines.append(f"| {r['name']} | {seed} | {r['return_mean']:.1f} ± {r['return_std']:.1f} |")
+        v = versus
+        lines += ["", f"Other arm: mean {v['mean']:.1f} over {v['runs']} runs (std {v['std_over_runs']:.1f}). "
+                  f"Difference of the means (this arm minus the other): **{v['difference']:+.1f}**; exact "
+                  f"permutation test, two-sided: **p = {v['permutation_p_two_sided']:.3f}**."]
     return "\n".join(lines) + "\n"
 
 
@@ -92,16 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--key", required=True, help="output stem: learning_seeds_<key>.{json,md}")
     ap.add_argument("--target", type=float, default=None)
     ap.add_argument("--results", default=str(HERE / "results"))
+    ap.add_argument("--versus", nargs="+", default=None, metavar="NAME", help="another arm's runs, to compare with")
     args = ap.parse_args(argv)
     results = Path(args.results)
     runs = load_runs(args.names, results)
     summary = summarise(runs, args.target)
+    other = load_runs(args.versus, results) if args.versus else None
+    versus = compare(runs, other) if other else None
     machine = machine_info()
     report = {"title": args.title, "runs": [{k: r.get(k) for k in ("name", "run_dir", "config_name", "env_steps",
                                                                    "return_mean", "return_std", "episodes")}
                                             for r in runs],
               "summary": summary, "command": command_line(argv), "machine": machine}
-    md = markdown(args.title, runs, summary, command_line(argv), machine)
+    if versus:
+        report["versus"] = versus | {"names": args.versus}
+    md = markdown(args.title, runs, summary, command_line(argv), machine, other, versus)
     save_files(results / f"learning_seeds_{args.key}", report, md)
     print(md)
     return 0
