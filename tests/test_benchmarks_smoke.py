@@ -201,3 +201,16 @@ def test_where_time_goes_charges_unowned_time_to_its_callers():
     assert sec["sampler"] == pytest.approx(1.0 + 0.4 * 0.25 + 0.8 * 0.25)
     assert sec["learner"] == pytest.approx(0.5 + 1.0 + 3.0 + 0.4)
     assert sum(sec.values()) == pytest.approx(sum(v[2] for v in stats.values()))  # nothing lost or counted twice
+
+
+def test_engine_ab_arm_settings_and_refuses_an_existing_run_dir(tmp_path):
+    import engine_ab
+
+    cfg = engine_ab.arm_config(7, 1_000_000)
+    assert cfg["train"]["seed"] == 7 and cfg["train"]["total_env_steps"] == 1_000_000
+    assert cfg["ray"] == {"backend": "local"} and "description" not in cfg
+    assert engine_ab.budget_tag(1_000_000) == "1m" and engine_ab.budget_tag(1_500_000) == "1500k"
+    env = engine_ab.patched_env(tmp_path)
+    assert env["HDPPO_REPLAY_OWN_NOISE"] == "1" and env["HDPPO_REPLAY_OBS_NORMALIZER"].endswith("normalizers.py")
+    with pytest.raises(SystemExit, match="exists"):
+        engine_ab.main(["--arm", "new", "--seed", "1", "--run-dir", str(tmp_path)])
