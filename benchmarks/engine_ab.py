@@ -9,7 +9,8 @@ The Ant-v5 regression (README, "Ant-v5: the regression") is measured by whole tr
 - ``patched``: the current engine with its three float-level differences from ``db4796a``
   patched out by ``engine_equivalence.py``'s ``sitecustomize`` (db4796a's observation
   normalizer; a truncated episode's final observation normalized at the end of the rollout; no
-  reward-scaler prior), each policy keeping its own noise (``HDPPO_REPLAY_OWN_NOISE``).
+  reward-scaler prior), each policy keeping its own noise (``HDPPO_REPLAY_OWN_NOISE``);
+- ``oldnorm``, ``lateboot``, ``prior0``: one of those three patches alone.
 
 The run dir is kept; ``learning.py`` then evaluates it (50 deterministic episodes) as
 ``ant_ab_<arm>_seed<seed>_<steps in k or m>``. Several arms side by side: start them as separate
@@ -34,7 +35,10 @@ import learning  # noqa: E402
 from engine_equivalence import _SITE, OLD_COMMIT  # noqa: E402
 from old_commit import hdppo_train, old_tree  # noqa: E402
 
-ARMS = ("old", "new", "patched")
+# The patches of each arm of the current engine (engine_equivalence.py's names); "patched" has all three.
+PATCHES = {"new": (), "patched": ("oldnorm", "lateboot", "prior0"), "oldnorm": ("oldnorm",),
+           "lateboot": ("lateboot",), "prior0": ("prior0",)}
+ARMS = ("old",) + tuple(PATCHES)
 
 
 def arm_config(seed: int, steps: int) -> dict:
@@ -45,9 +49,15 @@ def arm_config(seed: int, steps: int) -> dict:
     return cfg
 
 
-def patched_env(old_root: Path) -> dict[str, str]:
-    return {"HDPPO_REPLAY_OWN_NOISE": "1", "HDPPO_REPLAY_LATE_BOOT": "1", "HDPPO_REPLAY_SCALER_PRIOR0": "1",
-            "HDPPO_REPLAY_OBS_NORMALIZER": str(old_root / "hdppo" / "policies" / "normalizers.py")}
+def patched_env(old_root: Path, patches: tuple[str, ...] = PATCHES["patched"]) -> dict[str, str]:
+    env = {"HDPPO_REPLAY_OWN_NOISE": "1"}
+    if "lateboot" in patches:
+        env["HDPPO_REPLAY_LATE_BOOT"] = "1"
+    if "prior0" in patches:
+        env["HDPPO_REPLAY_SCALER_PRIOR0"] = "1"
+    if "oldnorm" in patches:
+        env["HDPPO_REPLAY_OBS_NORMALIZER"] = str(old_root / "hdppo" / "policies" / "normalizers.py")
+    return env
 
 
 def budget_tag(steps: int) -> str:
@@ -69,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         site = Path(tmp) / "site"
         site.mkdir()
         (site / "sitecustomize.py").write_text(_SITE)
+        patches = PATCHES.get(args.arm, ())
         hdppo_train(arm_config(args.seed, args.steps), run_dir, root if args.arm == "old" else None,
-                    extra_paths=(site,) if args.arm == "patched" else (),
-                    extra_env=patched_env(root) if args.arm == "patched" else None, timeout_s=6 * 3600)
+                    extra_paths=(site,) if patches else (),
+                    extra_env=patched_env(root, patches) if patches else None, timeout_s=6 * 3600)
     return learning.main([str(run_dir), "--name", f"ant_ab_{args.arm}_seed{args.seed}_{budget_tag(args.steps)}"])
 
 

@@ -212,5 +212,7 @@ def test_engine_ab_arm_settings_and_refuses_an_existing_run_dir(tmp_path):
     assert engine_ab.budget_tag(1_000_000) == "1m" and engine_ab.budget_tag(1_500_000) == "1500k"
     env = engine_ab.patched_env(tmp_path)
     assert env["HDPPO_REPLAY_OWN_NOISE"] == "1" and env["HDPPO_REPLAY_OBS_NORMALIZER"].endswith("normalizers.py")
+    assert set(engine_ab.patched_env(tmp_path, engine_ab.PATCHES["lateboot"])) == {"HDPPO_REPLAY_OWN_NOISE",
+                                                                                   "HDPPO_REPLAY_LATE_BOOT"}
     with pytest.raises(SystemExit, match="exists"):
         engine_ab.main(["--arm", "new", "--seed", "1", "--run-dir", str(tmp_path)])
