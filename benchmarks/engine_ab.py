@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import learning  # noqa: E402
-from engine_equivalence import _SITE, OLD_COMMIT  # noqa: E402
+from engine_equivalence import _SITE, OLD_COMMIT, patch_env  # noqa: E402
 from old_commit import hdppo_train, old_tree  # noqa: E402
 
 # The patches of each arm of the current engine (engine_equivalence.py's names); "patched" has all three.
@@ -50,14 +50,7 @@ def arm_config(seed: int, steps: int) -> dict:
 
 
 def patched_env(old_root: Path, patches: tuple[str, ...] = PATCHES["patched"]) -> dict[str, str]:
-    env = {"HDPPO_REPLAY_OWN_NOISE": "1"}
-    if "lateboot" in patches:
-        env["HDPPO_REPLAY_LATE_BOOT"] = "1"
-    if "prior0" in patches:
-        env["HDPPO_REPLAY_SCALER_PRIOR0"] = "1"
-    if "oldnorm" in patches:
-        env["HDPPO_REPLAY_OBS_NORMALIZER"] = str(old_root / "hdppo" / "policies" / "normalizers.py")
-    return env
+    return {"HDPPO_REPLAY_OWN_NOISE": "1"} | patch_env(old_root, patches)
 
 
 def budget_tag(steps: int) -> str:

@@ -202,6 +202,18 @@ PATCH_LABELS = {"oldnorm": "old ObservationNormalizer", "lateboot": "final obser
                 "prior0": "no reward-scaler prior"}
 
 
+def patch_env(old_root: Path, patches: tuple[str, ...]) -> dict[str, str]:
+    """The environment variables that turn on ``patches`` in the ``sitecustomize`` (``_SITE``)."""
+    env = {}
+    if "oldnorm" in patches:
+        env["HDPPO_REPLAY_OBS_NORMALIZER"] = str(old_root / "hdppo" / "policies" / "normalizers.py")
+    if "lateboot" in patches:
+        env["HDPPO_REPLAY_LATE_BOOT"] = "1"
+    if "prior0" in patches:
+        env["HDPPO_REPLAY_SCALER_PRIOR0"] = "1"
+    return env
+
+
 def training_replay(tmp: Path, old_root: Path, updates: int, env: dict | None = None,
                     arms_spec: tuple = REPLAY_ARMS) -> dict:
     """Sections 4 and 5: ``hdppo train`` with ``configs/ant.yaml``'s settings (on ``env`` if
@@ -222,14 +234,8 @@ def training_replay(tmp: Path, old_root: Path, updates: int, env: dict | None = 
         c = copy.deepcopy(cfg)
         c["ray"] = {"backend": backend}
         name = "_".join((cfg["env"]["id"], engine, backend) + tuple(patches))
-        extra = {}
-        if "oldnorm" in patches:
-            extra["HDPPO_REPLAY_OBS_NORMALIZER"] = str(old_root / "hdppo" / "policies" / "normalizers.py")
-        if "lateboot" in patches:
-            extra["HDPPO_REPLAY_LATE_BOOT"] = "1"
-        if "prior0" in patches:
-            extra["HDPPO_REPLAY_SCALER_PRIOR0"] = "1"
-        hdppo_train(c, tmp / name, old_root if engine == "old" else None, extra_paths=(site,), extra_env=extra,
+        hdppo_train(c, tmp / name, old_root if engine == "old" else None, extra_paths=(site,),
+                    extra_env=patch_env(old_root, patches),
                     timeout_s=1800)
         per_update: dict[int, dict[str, float]] = {}
         for r in read_jsonl(tmp / name / "metrics.jsonl"):
