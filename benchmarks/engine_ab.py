@@ -16,8 +16,13 @@ The run dir is kept; ``learning.py`` then evaluates it (50 deterministic episode
 ``ant_ab_<arm>_seed<seed>_<steps in k or m>``. Several arms side by side: start them as separate
 processes (one core each), then compare with ``learning_seeds.py --versus``.
 
+A variant of the config: ``--set KEY=VALUE`` (as ``hdppo train --set``) with ``--tag NAME``,
+evaluated as ``ant_ab_<arm>_<NAME>_seed<seed>_<budget>``.
+
 Usage:
     python benchmarks/engine_ab.py --arm patched --seed 5 --run-dir runs/ab/patched_s5
+    python benchmarks/engine_ab.py --arm new --seed 1 --steps 3000000 --set layers.0.ppo.lr=1e-4 \
+        --tag lr1e-4 --run-dir runs/ab/new_lr1e-4_s1
 """
 from __future__ import annotations
 
@@ -64,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1_000_000, help="env steps (the lr anneals over them)")
     ap.add_argument("--run-dir", required=True, help="where the run is kept (must not exist)")
     ap.add_argument("--old-commit", default=OLD_COMMIT)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override passed to hdppo train, e.g. layers.0.ppo.lr=1e-4 (repeatable; needs --tag)")
+    ap.add_argument("--tag", default="", help="names the variant in the run's name: ant_ab_<arm>_<tag>_seed<S>_<budget>")
     args = ap.parse_args(argv)
+    if args.set and not args.tag:
+        raise SystemExit("engine_ab.py: --set changes the config, so give --tag NAME too: the evaluation is "
+                         "named after it, and without one it would read as the plain arm's run.")
     run_dir = Path(args.run_dir).resolve()
     if run_dir.exists():
         raise SystemExit(f"engine_ab.py: --run-dir {run_dir} exists; give a new folder (nothing there is touched).")
@@ -75,8 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         patches = PATCHES.get(args.arm, ())
         hdppo_train(arm_config(args.seed, args.steps), run_dir, root if args.arm == "old" else None,
                     extra_paths=(site,) if patches else (),
-                    extra_env=patched_env(root, patches) if patches else None, timeout_s=6 * 3600)
-    return learning.main([str(run_dir), "--name", f"ant_ab_{args.arm}_seed{args.seed}_{budget_tag(args.steps)}"])
+                    overrides=args.set, extra_env=patched_env(root, patches) if patches else None,
+                    timeout_s=6 * 3600)
+    return learning.main([str(run_dir), "--name", run_name(args.arm, args.seed, args.steps, args.tag)])
+
+
+def run_name(arm: str, seed: int, steps: int, tag: str = "") -> str:
+    return f"ant_ab_{arm}{'_' + tag if tag else ''}_seed{seed}_{budget_tag(steps)}"
 
 
 if __name__ == "__main__":

@@ -216,3 +216,8 @@ def test_engine_ab_arm_settings_and_refuses_an_existing_run_dir(tmp_path):
                                                                                    "HDPPO_REPLAY_LATE_BOOT"}
     with pytest.raises(SystemExit, match="exists"):
         engine_ab.main(["--arm", "new", "--seed", "1", "--run-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--tag"):  # a changed config must not pass for the plain arm
+        engine_ab.main(["--arm", "new", "--seed", "1", "--set", "layers.0.ppo.lr=1e-4", "--run-dir", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+    assert engine_ab.run_name("new", 3, 3_000_000) == "ant_ab_new_seed3_3m"
+    assert engine_ab.run_name("new", 3, 3_000_000, "lr1e-4") == "ant_ab_new_lr1e-4_seed3_3m"
