@@ -7,7 +7,8 @@ What it does, in one run:
    (non-delay, the usual one for rules, in the main columns; Giffler-Thompson active in the JSON);
    "best rule" is the best of the 8 per instance;
 2. **policies**: for each ``--run SIZE=RUN_DIR`` (a run of ``configs/jobshop_<SIZE>.yaml``, trained
-   on random instances only), the last checkpoint dispatches every classic instance of that size:
+   on random instances only; a ``policy.encoder: set`` run, such as ``configs/jobshop_set.yaml``,
+   may be given for any size), the last checkpoint dispatches every classic instance of that size:
    greedily (the most probable legal job each step), and the best of ``--samples`` schedules
    sampled from the policy (as sampling decoders in the learned-scheduling literature report it);
    beside it the best of as many uniformly random non-delay schedules, what sampling alone buys;
@@ -67,7 +68,7 @@ class Dispatcher:
     """A trained run's policy (last checkpoint): raw observation -> logits over jobs, with the
     run's frozen observation statistics, as the rollout workers normalise."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, size: str | None = None):
         import torch
 
         from hdppo.hierarchies.spec import probe_env
@@ -90,12 +91,28 @@ class Dispatcher:
         venv.close()
         spec = specs[0]
         p = spec.cfg.policy
-        self.policy = ActorCritic(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std,
-                                  spec.critic_dim, spec.encoder).eval()
+        norm = spec.cfg.normalization
+        self.trained_size = str(self.cfg.env.kwargs.get("size", "6x6"))
+        obs_dim, action_space, encoder = spec.obs_dim, spec.action_space, spec.encoder
+        if size is not None and size != self.trained_size:
+            # A set policy's weights do not depend on the number of jobs: the same state dict
+            # loads into the network for another size (nothing else may differ).
+            if not encoder or encoder.get("kind") != "set" or norm.observation:
+                raise SystemExit(f"[jobshop] --run {size}={run_dir}: that run was trained on {self.trained_size}; "
+                                 "only a policy.encoder 'set' run without observation normalization runs on "
+                                 f"another size (its weights do not depend on the job count). Give a {size} run.")
+            import gymnasium as gym
+
+            from hdppo.envs.builtin.jobshop import obs_dim as jobshop_obs_dim, parse_size
+
+            n, m = parse_size(size)
+            obs_dim = jobshop_obs_dim(n, m, str(self.cfg.env.kwargs.get("observation", "flat")))
+            action_space, encoder = gym.spaces.Discrete(n), {**encoder, "items": n}
+        self.policy = ActorCritic(obs_dim, action_space, p.hidden, p.activation, p.init_log_std,
+                                  spec.critic_dim, encoder).eval()
         self.policy.load_state_dict(st["policy"])
         stats = RunningStats.from_state(st["obs_stats"])
-        n = spec.cfg.normalization
-        self.normalize, self.clip = n.observation, n.clip
+        self.normalize, self.clip = norm.observation, norm.clip
         self.mean, self.std = stats.mean.astype(np.float32), stats.std().astype(np.float32)
         self.env_kwargs = dict(self.cfg.env.kwargs)
         self.env_steps = int(st.get("env_steps", 0))
@@ -320,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         size, _, path = item.partition("=")
         if not path:
             ap.error(f"--run {item!r}: give SIZE=RUN_DIR, e.g. 15x15=runs/jobshop_15x15")
-        runs[size] = Dispatcher(Path(path))
+        runs[size] = Dispatcher(Path(path), size)
     families = FAMILIES
     if args.sizes:
         keep = set(args.sizes.split(","))
@@ -341,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         if key in TARGETS:
             fam["target"] = TARGETS[key]
         policy = runs.get(size)
-        fam["policy_note"] = (f"Policy: `{policy.run_dir}` (trained on random {size} only)." if policy
+        fam["policy_note"] = (f"Policy: `{policy.run_dir}` (trained on random {policy.trained_size} only)." if policy
                               else f"No {size} policy given.")
         for index, name in enumerate(names):
             row, sched = run_instance(name, policy, args, index)

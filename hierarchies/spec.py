@@ -207,6 +207,8 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
         return None
     if p.encoder == "gru":
         return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": None}
+    if p.encoder == "set":
+        return set_encoder_spec(spec, int(p.set_features))
     shape = p.image_shape
     if shape is None:
         space = probe.observation_space(known[0])
@@ -231,6 +233,21 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     if p.encoder == "cnn_gru":
         return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": cnn}
     return cnn
+
+
+def set_encoder_spec(spec: LayerSpec, features: int) -> dict[str, Any]:
+    """encoder 'set': the items are the layer's Discrete(n) choices, ``features`` values each."""
+    space = spec.action_space
+    if not isinstance(space, gym.spaces.Discrete):
+        raise _layer_error(spec, "policy.encoder", f"encoder 'set' scores one item per action, so it needs a "
+                           f"Discrete(n) action space; this layer's is {space}. Use encoder 'mlp'.")
+    items = int(space.n)
+    if items * features > spec.obs_dim:
+        raise _layer_error(spec, "policy.set_features", f"{items} items (the Discrete({items}) action) of "
+                           f"{features} values need {items * features} observation values, but the layer's "
+                           f"observation has {spec.obs_dim}. Give the env's per-item width (job shop: "
+                           f"observation: items, 14 per job).")
+    return {"kind": "set", "items": items, "features": int(features)}
 
 
 def needs_state(cfg: Config) -> bool:

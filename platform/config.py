@@ -119,7 +119,7 @@ class PolicyConfig(_Strict):
     activation: Literal["tanh", "relu", "elu"] = Field("tanh", description="Hidden activation.")
     init_log_std: float = Field(0.0, description="Initial log-std of a Gaussian (Box) policy.")
     central_critic: bool = Field(False, description="MAPPO-style: the critic reads the env's global state().")
-    encoder: Literal["mlp", "cnn", "gru", "cnn_gru"] = Field(
+    encoder: Literal["mlp", "cnn", "gru", "cnn_gru", "set"] = Field(
         "mlp", description="'mlp': the flat input goes straight to the hidden layers. 'cnn': the first "
         "prod(image_shape) input values are an image, read by a small conv stack (3x3 convs, stride 1, for "
         "images up to 32 pixels a side; Nature-DQN 8/4/3 strides above), flattened to cnn_features and "
@@ -128,7 +128,13 @@ class PolicyConfig(_Strict):
         "cell (gru_hidden) ahead of the hidden layers, its state carried across the layer's decisions, reset "
         "where an episode (or the lane's agent) ends, stored with each step and replayed by the learner in "
         "chunks of seq_len decisions (in mode dppo each worker replays whole chunks of its own batch). "
-        "'cnn_gru': the conv stack, then the GRU. A recurrent layer cannot be exported yet.")
+        "'cnn_gru': the conv stack, then the GRU. A recurrent layer cannot be exported yet. 'set': the "
+        "observation starts with n items of set_features values each, n being the layer's Discrete(n) action; "
+        "one shared MLP (width hidden[0]) embeds each item, the actor scores each item from its embedding and "
+        "the mean and max over items (plus the values after the items), the critic reads that pooled context; "
+        "the weights do not depend on n (a dispatcher that picks one of n jobs; job shop's observation: items).")
+    set_features: Optional[int] = Field(
+        None, ge=1, description="encoder 'set': values per item at the start of the observation (required).")
     gru_hidden: int = Field(64, ge=1, description="encoder 'gru'/'cnn_gru': width of the GRU state (actor and "
                             "critic each have one).")
     seq_len: int = Field(16, ge=1, description="encoder 'gru'/'cnn_gru': decisions per chunk the learner "
@@ -169,6 +175,9 @@ class PolicyConfig(_Strict):
     def _some_hidden(self) -> "PolicyConfig":
         # With a CNN the conv stack's linear layer (cnn_features) is already a hidden layer, so
         # `hidden: []` gives the MinAtar paper's network: conv, one dense layer, the heads.
+        if self.encoder == "set" and self.set_features is None:
+            raise ValueError("encoder 'set' needs set_features: how many values describe each item at the start "
+                             "of the observation (e.g. 14 for job shop with observation: items)")
         if not self.hidden and self.encoder != "cnn":
             raise ValueError(f"hidden must list at least one positive layer size, e.g. [64, 64] (only encoder "
                              f"'cnn' may have none, its cnn_features layer being one; this one is {self.encoder!r})")

@@ -180,17 +180,66 @@ class ImageEncoder(nn.Module):
                else img.reshape(-1, c, h, w))
         z = self.act(self.linear(self.convs(img).flatten(1)))
         out = torch.cat([z, flat[:, self.pixels:]], dim=-1) if flat.shape[-1] > self.pixels else z
-        return out.reshape(*lead, out.shape[-1])
+        return out.reshape(list(lead) + [out.shape[-1]])  # a list, as TorchScript needs
+
+
+class SetScorer(nn.Module):
+    """A permutation-equivariant policy over a set of items (Deep Sets, Zaheer et al. 2017; the
+    pointer-style scoring of learned dispatchers): the first ``items * features`` values of the
+    flat input are ``items`` rows of ``features`` values each (item-major), the rest global values.
+
+    Every item is embedded by one shared MLP; the context is the mean and max of the embeddings
+    with the global values. ``per_item`` (the actor): ``[B, D] -> [B, items]``, one score per item
+    from its embedding and the context, so action ``i`` picks item ``i`` whatever the items' order.
+    Otherwise (the critic): ``[B, D] -> [B, out]`` from the context alone. No weight depends on
+    ``items``, so the same weights run on any number of items (a policy trained on 10x10 job
+    shops loads into a 15x15 one): only the global width must match.
+    """
+
+    def __init__(self, items: int, features: int, inp: int, hidden: Sequence[int], out: int, activation: str,
+                 out_gain: float, per_item: bool):
+        super().__init__()
+        self.items, self.features, self.per_item = int(items), int(features), bool(per_item)
+        self.global_dim = int(inp) - self.items * self.features
+        if self.global_dim < 0:
+            raise ValueError(f"encoder 'set': {items} items of {features} features need {items * features} input "
+                             f"values, but the input has {inp}")
+        if per_item and out != self.items:
+            raise ValueError(f"encoder 'set': the actor scores each of the {items} items, so it needs {items} "
+                             f"outputs (a Discrete({items}) action), not {out}")
+        width = int(hidden[0])
+        self.embed = nn.Sequential(_layer(self.features, width, math.sqrt(2)), _ACTIVATIONS[activation](),
+                                   _layer(width, width, math.sqrt(2)), _ACTIVATIONS[activation]())
+        head_hidden = list(hidden[1:]) or [width]
+        context = 2 * width + self.global_dim
+        self.head = mlp(width + context if per_item else context, head_hidden, 1 if per_item else out,
+                        activation, out_gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead, n, f = x.shape[:-1], self.items, self.features
+        flat = x.reshape(-1, x.shape[-1])
+        h = self.embed(flat[:, :n * f].reshape(-1, n, f))                           # [B, n, W]
+        context = torch.cat([h.mean(1), h.amax(1), flat[:, n * f:]], dim=-1)      # [B, 2W + G]
+        if self.per_item:
+            both = torch.cat([h, context.unsqueeze(1).expand(-1, n, -1)], dim=-1)
+            out = self.head(both).squeeze(-1)                                      # [B, n]
+        else:
+            out = self.head(context)
+        return out.reshape(list(lead) + [out.shape[-1]])  # a list, as TorchScript needs
 
 
 def trunk(inp: int, hidden: Sequence[int], out: int, activation: str, out_gain: float,
-          encoder: dict | None) -> nn.Sequential:
+          encoder: dict | None, role: str = "actor") -> nn.Sequential:
     """The MLP alone (``encoder`` None or kind 'mlp'), or an ImageEncoder followed by it in one
-    Sequential, so that ``run_mlp`` and export treat both alike."""
+    Sequential, or a SetScorer (kind 'set'; ``role`` 'actor' scores items, 'critic' pools them),
+    each a Sequential so that ``run_mlp`` and export treat them alike."""
     if not encoder or encoder.get("kind", "mlp") == "mlp":
         return mlp(inp, hidden, out, activation, out_gain)
+    if encoder["kind"] == "set":
+        return nn.Sequential(SetScorer(encoder["items"], encoder["features"], inp, hidden, out, activation, out_gain,
+                                       per_item=role == "actor"))
     if encoder["kind"] != "cnn":
-        raise ValueError(f"unknown encoder {encoder['kind']!r}: use 'mlp' or 'cnn'")
+        raise ValueError(f"unknown encoder {encoder['kind']!r}: use 'mlp', 'cnn' or 'set'")
     enc = ImageEncoder(encoder["chw"], encoder["channels_last"], encoder.get("channels", (16, 32, 32)),
                        encoder.get("features", 128))
     if inp < enc.pixels:
@@ -248,13 +297,14 @@ class ActorCritic(nn.Module):
                  encoder: dict | None = None):
         super().__init__()
         self.head = ActionHead(action_space)
-        # ``encoder``: None / {"kind": "mlp"}, or {"kind": "cnn", "chw", "channels_last", "channels",
-        # "features"} (see hierarchies.spec.encoder_spec): a conv stack ahead of the hidden layers.
+        # ``encoder``: None / {"kind": "mlp"}, {"kind": "cnn", "chw", "channels_last", "channels",
+        # "features"} (a conv stack ahead of the hidden layers), or {"kind": "set", "items",
+        # "features"} (a SetScorer); see hierarchies.spec.encoder_spec.
         self.actor = trunk(obs_dim, hidden, self.head.logits_dim, activation, 0.01, encoder)
         # A centralized critic (MAPPO) reads ``critic_obs`` (the global state) instead of ``obs``.
         self.central = critic_dim is not None
         self.critic = (mlp(critic_dim, hidden, 1, activation, 1.0) if critic_dim is not None
-                       else trunk(obs_dim, hidden, 1, activation, 1.0, encoder))
+                       else trunk(obs_dim, hidden, 1, activation, 1.0, encoder, role="critic"))
         if self.head.kind == "box":
             self.log_std = nn.Parameter(torch.full((self.head.dim,), float(init_log_std)))
 

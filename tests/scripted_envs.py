@@ -146,6 +146,38 @@ def remember_bit(**kwargs):
     return RememberBitEnv(**kwargs)
 
 
+class PickLargestEnv(gym.Env):
+    """A set task: ``items`` rows of 3 random values, flattened item-major, then one global value
+    (the step's fraction of the episode); action i picks row i, reward 1 when row i has the
+    largest first value. 10 steps an episode: random play scores 10 / items, a reader 10."""
+
+    metadata = {"name": "pick_largest"}
+
+    def __init__(self, items: int = 5):
+        self.items = items
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (3 * items + 1,), np.float32)
+        self.action_space = gym.spaces.Discrete(items)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        self.rows = self.np_random.uniform(-1.0, 1.0, (self.items, 3)).astype(np.float32)
+        return np.concatenate([self.rows.ravel(), [self.t / 10.0]]).astype(np.float32)
+
+    def step(self, action):
+        reward = float(int(action) == int(self.rows[:, 0].argmax()))
+        self.t += 1
+        return self._obs(), reward, False, self.t >= 10, {}
+
+
+def pick_largest(**kwargs):
+    return PickLargestEnv(**kwargs)
+
+
 def countdown_wrong_shape():
     return gym.wrappers.TimeLimit(CountdownEnv(bad="wrong_shape"), 10)
 

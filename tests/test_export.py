@@ -43,7 +43,12 @@ CASES = {  # name -> (config, layers to export)
     "tictactoe": (tiny_config(env={"type": "pettingzoo", "id": "pettingzoo.classic.tictactoe_v3"}, train=TRAIN,
                               layers=[{"name": "control", "ppo": {"minibatch_size": 32, "num_epochs": 2}}]), ["control"]),
     "corridor_two_layers": (_two_layers(), ["strategy", "control"]),
+    "jobshop_set": (tiny_config(env={"entry_point": "hdppo.envs.builtin.jobshop:make_env",
+                                     "kwargs": {"size": "5x4", "observation": "items", "job_order": "mwkr"}},
+                                train=TRAIN, layers=[{"name": "control", "policy": {"encoder": "set", "set_features": 14},
+                                                      "ppo": {"minibatch_size": 64, "num_epochs": 2}}]), ["control"]),
 }
+MASKED = ("tictactoe", "jobshop_set")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +86,8 @@ def record(run_dir, layer: str, n: int = STATES):
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
-        policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim)
+        policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim,
+                                       s.encoder)
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
     norm = norms[layer] = _Recording(norms[layer])
@@ -129,7 +135,7 @@ def test_exported_policies_act_as_the_trained_one(runs, case, tmp_path):
     for layer in CASES[case][1]:
         raw, mask, want, policy, norm = record(run_dir, layer)
         box = policy.head.kind == "box"
-        assert len(raw) == STATES and (mask is not None) == (case == "tictactoe")
+        assert len(raw) == STATES and (mask is not None) == (case in MASKED)
         inputs = {"obs": raw} | ({"action_mask": mask} if mask is not None else {})
 
         layout = _export(run_dir, layer, "torchscript", tmp_path / f"{layer}.pt")

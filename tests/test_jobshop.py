@@ -196,3 +196,38 @@ def test_mwkr_job_order_puts_mwkr_choice_in_slot_zero():
     check_env(make_env(size="5x4", job_order="mwkr"), skip_render_check=True)
     with pytest.raises(EnvError, match="job_order"):
         JobShopEnv(job_order="spt")
+
+
+def test_items_observation_is_per_job_rows_of_14_and_runs_every_size():
+    from hdppo.envs.builtin.jobshop.env import ITEM_FEATURES
+
+    for size, name in (("6x6", "ft06"), ("15x15", "ta01")):
+        n, m = (int(x) for x in size.split("x"))
+        env = JobShopEnv(instance=name, scheme="nondelay", job_order="mwkr", observation="items")
+        assert env.observation_space["observation"].shape == (obs_dim(n, m, "items"),) == (n * ITEM_FEATURES + 2,)
+        obs, _ = env.reset(seed=0)
+        rows = obs["observation"][:n * ITEM_FEATURES].reshape(n, ITEM_FEATURES)
+        flat = JobShopEnv(instance=name, scheme="nondelay", job_order="mwkr").reset(seed=0)[0]["observation"]
+        # The job features are the flat layout's; each live job carries its next machine's row.
+        assert np.allclose(rows[:, :10], flat[:n * (10 + m)].reshape(n, 10 + m)[:, :10])
+        machines = flat[n * (10 + m):n * (10 + m) + 4 * m].reshape(m, 4)
+        mach_of_slot = env.d.op_mach[env._perm]
+        assert np.allclose(rows[:, 10:], machines[mach_of_slot])
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(0)
+        assert info["makespan"] == run_rule(load_instance(name), "MWKR", "nondelay")[0]
+    check_env(make_env(size="5x4", observation="items"), skip_render_check=True)
+    with pytest.raises(EnvError, match="observation"):
+        JobShopEnv(observation="graph")
+
+
+def test_set_preset_builds_a_size_free_policy():
+    from hdppo.hierarchies.spec import probe_env
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "jobshop_set.yaml")
+    venv, _, specs = probe_env(cfg, 0)
+    venv.close()
+    assert specs[0].encoder == {"kind": "set", "items": 10, "features": 14}
+    assert not cfg.layers[0].normalization.observation  # per-value statistics would tie it to 10 jobs

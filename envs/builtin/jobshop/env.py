@@ -22,7 +22,14 @@ GLOBAL_FEATURES = 2
 CLIP = 10.0
 
 
-def obs_dim(n: int, m: int) -> int:
+# observation="items": per job, its own features and those of its next operation's machine.
+ITEM_FEATURES = JOB_FEATURES + MACHINE_FEATURES
+OBSERVATIONS = ("flat", "items")
+
+
+def obs_dim(n: int, m: int, observation: str = "flat") -> int:
+    if observation == "items":
+        return n * ITEM_FEATURES + GLOBAL_FEATURES
     return n * (JOB_FEATURES + m) + m * MACHINE_FEATURES + GLOBAL_FEATURES
 
 
@@ -38,7 +45,7 @@ class JobShopEnv(gym.Env):
 
     def __init__(self, size: Optional[str] = None, instance: InstanceArg = None, scheme: str = "active",
                  reward: str = "lower_bound", low: int = 1, high: int = 99, skip_single: bool = True,
-                 job_order: str = "index", render_mode: Optional[str] = None):
+                 job_order: str = "index", observation: str = "flat", render_mode: Optional[str] = None):
         if render_mode not in (None, "rgb_array"):
             raise EnvError(f"jobshop renders only render_mode='rgb_array', not {render_mode!r}.")
         if scheme not in SCHEMES:
@@ -47,6 +54,9 @@ class JobShopEnv(gym.Env):
             raise EnvError(f"jobshop: reward {reward!r} is not one of {', '.join(REWARDS)} (env kwarg reward).")
         if job_order not in JOB_ORDERS:
             raise EnvError(f"jobshop: job_order {job_order!r} is not one of {', '.join(JOB_ORDERS)} (env kwarg job_order).")
+        if observation not in OBSERVATIONS:
+            raise EnvError(f"jobshop: observation {observation!r} is not one of {', '.join(OBSERVATIONS)} "
+                           "(env kwarg observation).")
         if not (1 <= int(low) <= int(high)):
             raise EnvError(f"jobshop: durations low={low}, high={high} need 1 <= low <= high (env kwargs low, high).")
         self._fixed = self._as_instances(instance)
@@ -66,10 +76,11 @@ class JobShopEnv(gym.Env):
         self.low, self.high = int(low), int(high)
         self.skip_single = bool(skip_single)
         self.job_order = job_order
+        self.observation = observation
         self._perm = np.arange(n)
         self.render_mode = render_mode
         self.observation_space = spaces.Dict({
-            "observation": spaces.Box(-CLIP, CLIP, (obs_dim(n, m),), np.float32),
+            "observation": spaces.Box(-CLIP, CLIP, (obs_dim(n, m, observation),), np.float32),
             "action_mask": spaces.Box(0, 1, (n,), np.int8)})
         self.action_space = spaces.Discrete(n)
         self._next_fixed = 0
@@ -164,7 +175,7 @@ class JobShopEnv(gym.Env):
         p_next2 = np.where(d.next_op + 1 < m, d.p[idx, k2], 0)
         ect_live = d.ect[live]
         c_star = ect_live.min() if live.any() else 0
-        jobs = np.zeros((n, JOB_FEATURES + m), np.float64)
+        jobs = np.zeros((n, JOB_FEATURES + (MACHINE_FEATURES if self.observation == "items" else m)), np.float64)
         jobs[:, 0] = legal
         jobs[:, 1] = live
         jobs[:, 2] = d.op_p / pmax
@@ -175,7 +186,6 @@ class JobShopEnv(gym.Env):
         jobs[:, 7] = np.where(live, (d.ect - c_star) / pmax, 0.0)
         jobs[:, 8] = p_next2 / pmax
         jobs[:, 9] = np.where(live, d.mach_load[d.op_mach] / (n * pmax), 0.0)
-        jobs[idx[live], JOB_FEATURES + d.op_mach[live]] = 1.0
         machines = np.zeros((m, MACHINE_FEATURES), np.float64)
         machines[:, 0] = np.maximum(d.mach_ready - now, 0) / pmax
         machines[:, 1] = d.mach_load / (n * pmax)
@@ -189,8 +199,15 @@ class JobShopEnv(gym.Env):
             self._perm = np.lexsort((idx, -rem, ~legal))
         else:
             self._perm = idx
-        jobs, legal = jobs[self._perm], legal[self._perm]
-        flat = np.concatenate([jobs.ravel(), machines.ravel(), glob])
+        if self.observation == "items":  # each job carries its next machine's row instead of a one-hot
+            jobs[:, JOB_FEATURES:] = np.where(live[:, None], machines[np.where(live, d.op_mach, 0)], 0.0)
+            jobs = jobs[self._perm]
+            flat = np.concatenate([jobs.ravel(), glob])
+        else:
+            jobs[idx[live], JOB_FEATURES + d.op_mach[live]] = 1.0
+            jobs = jobs[self._perm]
+            flat = np.concatenate([jobs.ravel(), machines.ravel(), glob])
+        legal = legal[self._perm]
         return {"observation": np.clip(flat, -CLIP, CLIP).astype(np.float32), "action_mask": legal.astype(np.int8)}
 
     def job_of(self, action: int) -> int:
