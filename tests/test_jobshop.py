@@ -231,3 +231,43 @@ def test_set_preset_builds_a_size_free_policy():
     venv.close()
     assert specs[0].encoder == {"kind": "set", "items": 10, "features": 14}
     assert not cfg.layers[0].normalization.observation  # per-value statistics would tie it to 10 jobs
+
+
+def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monkeypatch):
+    """benchmarks/jobshop.py --quick with one set-policy run (trained on 10x10) for 6x6 and 10x5:
+    every schedule is checked and the summary compares greedy with the best single rule. An MLP
+    run given for another size is refused with a message that says why."""
+    import sys
+
+    from hdppo.platform.config import load_config
+    from hdppo.platform.trainer import Trainer
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import jobshop as bench
+
+    cfg = load_config(ROOT / "configs" / "jobshop_set.yaml")
+    layer = cfg.layers[0]
+    layer.dppo.num_workers, layer.dppo.num_envs_per_worker, layer.dppo.train_batch_size = 1, 2, 256
+    layer.ppo.minibatch_size, layer.ppo.num_epochs = 128, 1
+    cfg.train.total_env_steps, cfg.train.eval_episodes, cfg.ray.backend = 256, 0, "local"
+    Trainer(cfg, tmp_path / "set", quiet=True).train()
+    reports = []
+    monkeypatch.setattr(bench, "write_report", lambda stem, report, md, tag: reports.append((report, md)))
+    monkeypatch.setattr(bench, "HERE", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+    run = str(tmp_path / "set")
+    assert bench.main(["--quick", "--no-cpsat", "--run", f"6x6={run}", "--run", f"10x5={run}"]) == 0
+    report, md = reports[0]
+    rows = [r for fam in report["families"] for r in fam["rows"]]
+    assert [r["instance"] for r in rows] == ["ft06", "la01"]
+    assert all(r["policy_greedy"]["makespan"] >= r["best_known"] for r in rows)
+    assert "best of MWKR, SPT, MOR" in md and "trained on random 10x10 only" in md
+
+    mlp = load_config(ROOT / "configs" / "jobshop_6x6.yaml")
+    mlp.layers[0].dppo.num_workers, mlp.layers[0].dppo.train_batch_size = 1, 256
+    mlp.layers[0].ppo.minibatch_size, mlp.layers[0].ppo.num_epochs = 128, 1
+    mlp.train.total_env_steps, mlp.train.eval_episodes, mlp.ray.backend = 256, 0, "local"
+    Trainer(mlp, tmp_path / "mlp", quiet=True).train()
+    with pytest.raises(SystemExit, match="trained on 6x6.*encoder 'set'"):
+        bench.main(["--quick", "--no-cpsat", "--run", f"10x5={tmp_path / 'mlp'}"])
