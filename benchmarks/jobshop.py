@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import command_line, join_md, machine_line, write_report  # noqa: E402
+from common import command_line, join_md, machine_line, stat, write_report  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 RULE_NAMES = ("MWKR", "SPT", "MOR", "FIFO")
@@ -186,7 +186,10 @@ def random_best(instance, copies: int, seed: int = 0) -> int:
     return best
 
 
-def run_instance(name: str, policy: Dispatcher | None, args, index: int = 0) -> tuple[dict, dict]:
+def run_instance(name: str, policies: list[Dispatcher], args, index: int = 0) -> tuple[dict, dict]:
+    """Rules, random sampling, every given policy (the runs of one size: training seeds) and CP-SAT
+    on one instance. With several runs, ``policy_<mode>`` holds their mean gap and makespan and
+    ``policy_<mode>_runs`` each run's; the schedules kept (for the Gantt charts) are the first run's."""
     from hdppo.envs.builtin.jobshop import load_instance, run_rule, solve
 
     inst = load_instance(name)
@@ -207,13 +210,20 @@ def run_instance(name: str, policy: Dispatcher | None, args, index: int = 0) -> 
     # What sampling alone buys: the best of as many uniformly random non-delay schedules.
     ms = random_best(inst, args.samples)
     row["random_sampled"] = {"makespan": ms, "gap": inst.gap(ms), "copies": args.samples}
-    if policy is not None:
+    for k, policy in enumerate(policies):
         res = policy.schedules(inst, args.samples)
         for mode, r in res.items():
             ms = checked(inst, r["starts"], f"policy ({mode})")
-            row[f"policy_{mode}"] = {"makespan": ms, "gap": inst.gap(ms), "mean_makespan": r["mean_makespan"],
-                                     "copies": r["copies"], "wall_s": round(r["wall_s"], 2)}
-            schedules[f"policy_{mode}"] = r["starts"]
+            row.setdefault(f"policy_{mode}_runs", []).append(
+                {"run_dir": str(policy.run_dir), "makespan": ms, "gap": inst.gap(ms), "mean_makespan": r["mean_makespan"],
+                 "copies": r["copies"], "wall_s": round(r["wall_s"], 2)})
+            if k == 0:
+                schedules[f"policy_{mode}"] = r["starts"]
+    for mode in ("greedy", "sampled"):
+        per_run = row.get(f"policy_{mode}_runs")
+        if per_run:
+            row[f"policy_{mode}"] = {"makespan": float(np.mean([r["makespan"] for r in per_run])),
+                                     "gap": float(np.mean([r["gap"] for r in per_run])), "runs": len(per_run)}
     if not args.no_cpsat:
         limits = [args.cpsat_short, args.cpsat_long]
         for i, limit in enumerate(limits):
@@ -248,6 +258,17 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return float(np.mean(vals)) if vals and len(vals) == len(rows) else None
 
 
+def _run_spread(rows: list[dict], key: str) -> str:
+    """Each run's family mean of ``key`` (``<key>_runs`` rows), then their mean ± 95% t-interval."""
+    per_inst = [r.get(f"{key}_runs") or [] for r in rows]
+    n = min((len(p) for p in per_inst), default=0)
+    if n < 2:
+        return ""
+    fam = [float(np.mean([p[k]["gap"] for p in per_inst])) for k in range(n)]
+    st = stat(fam)
+    return " / ".join(f"{v:.1f}" for v in fam) + f": **{st['mean']:.1f} ± {st['ci95']:.1f}** ({n} runs)"
+
+
 def _cp(x: dict | None) -> str:
     if not x or x.get("makespan") is None:
         return "-" if not x else x.get("status", "-")
@@ -277,6 +298,8 @@ def markdown(report: dict) -> str:
                f"best of MWKR, SPT, MOR | greedy at or below it | CP-SAT {s['cpsat_short']:g} s | "
                f"CP-SAT {s['cpsat_long']:g} s | target |", "|" + "---|" * 15]
     detail: list[str] = []
+    spreads = ["## Greedy gap per training run (family mean %; mean ± 95% t-interval over runs)", "",
+               "| family | runs |", "|---|---|"]
     for fam in report["families"]:
         rows = fam["rows"]
 
@@ -293,6 +316,9 @@ def markdown(report: dict) -> str:
         # family (a rule applied to every instance), beside the stricter per-instance best of 8.
         single = min((( _mean(rows, k), k) for k in ("MWKR", "SPT", "MOR") if _mean(rows, k) is not None), default=None)
         greedy = _mean(rows, "policy_greedy")
+        spread = _run_spread(rows, "policy_greedy")
+        if spread:
+            spreads.append(f"| {fam['title']} | {spread} |")
         at_or_below = "-" if single is None or greedy is None else ("yes" if greedy <= single[0] + 1e-9 else "**no**")
         single_txt = "-" if single is None else f"{single[0]:.1f} ({single[1]})"
         summary.append(f"| {fam['title']} | {len(rows)} | {m('policy_greedy')} | {m('policy_sampled')} | {m('random_sampled')} | {m('MWKR')} | "
@@ -309,10 +335,13 @@ def markdown(report: dict) -> str:
                           f"{_cp(r.get('cpsat_long'))} |")
         detail.append("")
     policy_lines = ["## Policies", ""] + [
-        f"- {size}: `{p['run_dir']}` ({p['checkpoint']}, {p['env_steps']:,} env steps of training)"
-        for size, p in report["policies"].items()] + ([] if report["policies"] else ["- none given (`--run SIZE=RUN_DIR`)"])
+        f"- {size}: `{p['run_dir']}` ({p['checkpoint']}, {p['env_steps']:,} env steps of training"
+        f"{', trained on ' + p['trained_size'] if p.get('trained_size', size) != size else ''})"
+        for size, ps in report["policies"].items() for p in (ps if isinstance(ps, list) else [ps])] + ([] if report["policies"] else ["- none given (`--run SIZE=RUN_DIR`)"])
+    if len(spreads) == 4:
+        spreads = []
     gantt = ["", "Gantt charts: " + ", ".join(f"`{g}`" for g in report.get("gantt", [])) if report.get("gantt") else ""]
-    return join_md(lines + summary + [""] + policy_lines + gantt + [""] + detail) + "\n"
+    return join_md(lines + summary + [""] + spreads + [""] + policy_lines + gantt + [""] + detail) + "\n"
 
 
 # ----------------------------------------------------------------------------- main
@@ -323,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     from hdppo.envs.builtin.jobshop import load_instance, log_gantt, save_gantt
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", action="append", default=[], metavar="SIZE=RUN_DIR",
-                    help="a trained run of configs/jobshop_<SIZE>.yaml, e.g. 15x15=runs/jobshop_15x15 (repeatable)")
+    ap.add_argument("--run", action="append", default=[], metavar="SIZE=RUN_DIR[,RUN_DIR...]",
+                    help="trained runs of configs/jobshop_<SIZE>.yaml, e.g. 15x15=runs/jobshop_15x15 (repeatable); "
+                    "several comma-separated runs (training seeds) are averaged, with their spread")
     ap.add_argument("--samples", type=int, default=64, help="schedules sampled from each policy per instance")
     ap.add_argument("--cpsat-short", type=float, default=10.0)
     ap.add_argument("--cpsat-long", type=float, default=60.0)
@@ -339,12 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.cpsat_short, args.cpsat_long, args.samples = 1.0, 2.0, min(args.samples, 8)
-    runs = {}
+    runs: dict[str, list[Dispatcher]] = {}
     for item in args.run:
-        size, _, path = item.partition("=")
-        if not path:
+        size, _, paths = item.partition("=")
+        if not paths:
             ap.error(f"--run {item!r}: give SIZE=RUN_DIR, e.g. 15x15=runs/jobshop_15x15")
-        runs[size] = Dispatcher(Path(path), size)
+        runs.setdefault(size, []).extend(Dispatcher(Path(p), size) for p in paths.split(",") if p)
     families = FAMILIES
     if args.sizes:
         keep = set(args.sizes.split(","))
@@ -353,9 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         families = [("ft06 (quick)", "6x6", ["ft06"]), ("la01 (quick)", "10x5", ["la01"])]
     report: dict[str, Any] = {"machine": machine_info(), "command": command_line(argv), "ortools": ortools.__version__,
                               "settings": {k: v for k, v in vars(args).items() if k != "run"} | {"runs": args.run},
-                              "policies": {s: {"run_dir": str(p.run_dir), "checkpoint": p.checkpoint.name,
-                                               "env_steps": p.env_steps, "env_kwargs": p.env_kwargs}
-                                           for s, p in runs.items()},
+                              "policies": {s: [{"run_dir": str(p.run_dir), "checkpoint": p.checkpoint.name,
+                                                "env_steps": p.env_steps, "env_kwargs": p.env_kwargs,
+                                                "trained_size": p.trained_size} for p in ps]
+                                           for s, ps in runs.items()},
                               "families": []}
     all_schedules: dict[str, dict] = {}
     t0 = time.perf_counter()
@@ -364,11 +395,13 @@ def main(argv: list[str] | None = None) -> int:
         key = "ta01-ta10" if names[0] == "ta01" else names[0] if len(names) == 1 else None
         if key in TARGETS:
             fam["target"] = TARGETS[key]
-        policy = runs.get(size)
-        fam["policy_note"] = (f"Policy: `{policy.run_dir}` (trained on random {policy.trained_size} only)." if policy
-                              else f"No {size} policy given.")
+        policies = runs.get(size, [])
+        fam["policy_note"] = (("Policy: " + ", ".join(f"`{p.run_dir}`" for p in policies)
+                               + f" (trained on random {policies[0].trained_size} only"
+                               + (f"; the mean of {len(policies)} runs" if len(policies) > 1 else "") + ").")
+                              if policies else f"No {size} policy given.")
         for index, name in enumerate(names):
-            row, sched = run_instance(name, policy, args, index)
+            row, sched = run_instance(name, policies, args, index)
             fam["rows"].append(row)
             all_schedules[name] = sched
             print(f"[jobshop] {name}: best rule {row['best_rule']['gap']:.1f}% ({row['best_rule']['rule']})"
@@ -385,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         if key is None:
             continue
         inst = load_instance(name)
-        policy = runs[inst.size]
+        policy = runs[inst.size][0]
         title = (f"{name} ({inst.size}), hdppo PPO {key.split('_')[1]}: makespan "
                  f"{int((sched[key] + inst.durations).max())}, best known {inst.best_known}")
         png = save_gantt(HERE / "results" / f"{stem}_gantt_{name}.png", inst, sched[key], title)

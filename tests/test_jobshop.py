@@ -251,18 +251,25 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     layer.ppo.minibatch_size, layer.ppo.num_epochs = 128, 1
     cfg.train.total_env_steps, cfg.train.eval_episodes, cfg.ray.backend = 256, 0, "local"
     Trainer(cfg, tmp_path / "set", quiet=True).train()
+    cfg.train.seed = 1
+    Trainer(cfg, tmp_path / "set_b", quiet=True).train()
     reports = []
     monkeypatch.setattr(bench, "write_report", lambda stem, report, md, tag: reports.append((report, md)))
     monkeypatch.setattr(bench, "HERE", tmp_path)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
     (tmp_path / "results").mkdir()
     run = str(tmp_path / "set")
-    assert bench.main(["--quick", "--no-cpsat", "--run", f"6x6={run}", "--run", f"10x5={run}"]) == 0
+    two = f"{run},{tmp_path / 'set_b'}"  # two training seeds: their mean, each run's figure, the spread
+    assert bench.main(["--quick", "--no-cpsat", "--run", f"6x6={two}", "--run", f"10x5={run}"]) == 0
     report, md = reports[0]
     rows = [r for fam in report["families"] for r in fam["rows"]]
     assert [r["instance"] for r in rows] == ["ft06", "la01"]
-    assert all(r["policy_greedy"]["makespan"] >= r["best_known"] for r in rows)
-    assert "best of MWKR, SPT, MOR" in md and "trained on random 10x10 only" in md
+    assert [len(r["policy_greedy_runs"]) for r in rows] == [2, 1]
+    assert all(g["makespan"] >= r["best_known"] for r in rows for g in r["policy_greedy_runs"])
+    ft06 = rows[0]
+    assert ft06["policy_greedy"]["gap"] == pytest.approx(np.mean([g["gap"] for g in ft06["policy_greedy_runs"]]))
+    assert "best of MWKR, SPT, MOR" in md and "trained on random 10x10 only; the mean of 2 runs" in md
+    assert "Greedy gap per training run" in md and "(2 runs)" in md
 
     mlp = load_config(ROOT / "configs" / "jobshop_6x6.yaml")
     mlp.layers[0].dppo.num_workers, mlp.layers[0].dppo.train_batch_size = 1, 256
