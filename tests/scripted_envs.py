@@ -45,7 +45,25 @@ def not_an_env():
     return object()
 
 
-class MultiChoiceEnv(gym.Env):
+class _BanditEnv(gym.Env):
+    """A contextual bandit as an episodic env: each step shows a fresh random observation
+    (:meth:`_obs`) and pays :meth:`_reward` for the action taken on the previous one; ``length``
+    steps an episode, truncated."""
+
+    length = 20
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = self._reward(action)
+        self.t += 1
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+class MultiChoiceEnv(_BanditEnv):
     """MultiDiscrete([3, 2]) actions; reward 1 when the action equals (obs-coded) target."""
 
     metadata = {"name": "multi_choice"}
@@ -55,11 +73,6 @@ class MultiChoiceEnv(gym.Env):
         self.action_space = gym.spaces.MultiDiscrete([3, 2])
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
     def _obs(self):
         self.target = (int(self.np_random.integers(3)), int(self.np_random.integers(2)))
         o = np.zeros(5, np.float32)
@@ -67,17 +80,15 @@ class MultiChoiceEnv(gym.Env):
         o[3 + self.target[1]] = 1.0
         return o
 
-    def step(self, action):
-        self.t += 1
-        reward = float(action[0] == self.target[0]) + float(action[1] == self.target[1])
-        return self._obs(), reward, False, self.t >= 20, {}
+    def _reward(self, action):
+        return float(action[0] == self.target[0]) + float(action[1] == self.target[1])
 
 
 def multi_choice():
     return MultiChoiceEnv()
 
 
-class LitSideEnv(gym.Env):
+class LitSideEnv(_BanditEnv):
     """An image observation (uint8 Box, HWC ``(size, size, 2)`` or CHW with ``chw=True``): one
     pixel of channel 0 is lit, in the left or the right half; action 0/1 names the half, reward 1
     when right. 20 steps an episode: random play scores about 10, a reader of the image 20."""
@@ -91,11 +102,6 @@ class LitSideEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(2)
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
     def _obs(self):
         self.side = int(self.np_random.integers(2))
         half = self.size // 2
@@ -104,10 +110,8 @@ class LitSideEnv(gym.Env):
         img[r, c, 0] = 255
         return np.ascontiguousarray(img.transpose(2, 0, 1)) if self.chw else img
 
-    def step(self, action):
-        self.t += 1
-        reward = float(int(action) == self.side)
-        return self._obs(), reward, False, self.t >= 20, {}
+    def _reward(self, action):
+        return float(int(action) == self.side)
 
 
 def lit_side(**kwargs):
@@ -146,12 +150,13 @@ def remember_bit(**kwargs):
     return RememberBitEnv(**kwargs)
 
 
-class PickLargestEnv(gym.Env):
+class PickLargestEnv(_BanditEnv):
     """A set task: ``items`` rows of 3 random values, flattened item-major, then one global value
     (the step's fraction of the episode); action i picks row i, reward 1 when row i has the
     largest first value. 10 steps an episode: random play scores 10 / items, a reader 10."""
 
     metadata = {"name": "pick_largest"}
+    length = 10
 
     def __init__(self, items: int = 5):
         self.items = items
@@ -159,19 +164,12 @@ class PickLargestEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(items)
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
     def _obs(self):
         self.rows = self.np_random.uniform(-1.0, 1.0, (self.items, 3)).astype(np.float32)
         return np.concatenate([self.rows.ravel(), [self.t / 10.0]]).astype(np.float32)
 
-    def step(self, action):
-        reward = float(int(action) == int(self.rows[:, 0].argmax()))
-        self.t += 1
-        return self._obs(), reward, False, self.t >= 10, {}
+    def _reward(self, action):
+        return float(int(action) == int(self.rows[:, 0].argmax()))
 
 
 def pick_largest(**kwargs):
