@@ -298,8 +298,7 @@ def markdown(report: dict) -> str:
                f"best of MWKR, SPT, MOR | greedy at or below it | CP-SAT {s['cpsat_short']:g} s | "
                f"CP-SAT {s['cpsat_long']:g} s | target |", "|" + "---|" * 15]
     detail: list[str] = []
-    spreads = ["## Greedy gap per training run (family mean %; mean ± 95% t-interval over runs)", "",
-               "| family | runs |", "|---|---|"]
+    spreads: list[str] = []
     for fam in report["families"]:
         rows = fam["rows"]
 
@@ -314,7 +313,8 @@ def markdown(report: dict) -> str:
             tgt = f"<= {target:g}%: " + ("n/a" if pol is None else ("met" if pol <= target else "NOT met"))
         # The comparator: the one rule of MWKR, SPT, MOR with the lowest mean gap on the
         # family (a rule applied to every instance), beside the stricter per-instance best of 8.
-        single = min((( _mean(rows, k), k) for k in ("MWKR", "SPT", "MOR") if _mean(rows, k) is not None), default=None)
+        rule_means = {k: _mean(rows, k) for k in ("MWKR", "SPT", "MOR")}
+        single = min(((v, k) for k, v in rule_means.items() if v is not None), default=None)
         greedy = _mean(rows, "policy_greedy")
         spread = _run_spread(rows, "policy_greedy")
         if spread:
@@ -337,9 +337,10 @@ def markdown(report: dict) -> str:
     policy_lines = ["## Policies", ""] + [
         f"- {size}: `{p['run_dir']}` ({p['checkpoint']}, {p['env_steps']:,} env steps of training"
         f"{', trained on ' + p['trained_size'] if p.get('trained_size', size) != size else ''})"
-        for size, ps in report["policies"].items() for p in (ps if isinstance(ps, list) else [ps])] + ([] if report["policies"] else ["- none given (`--run SIZE=RUN_DIR`)"])
-    if len(spreads) == 4:
-        spreads = []
+        for size, ps in report["policies"].items() for p in ps] + ([] if report["policies"] else ["- none given (`--run SIZE=RUN_DIR`)"])
+    if spreads:
+        spreads = ["## Greedy gap per training run (family mean %; mean ± 95% t-interval over runs)", "",
+                   "| family | runs |", "|---|---|"] + spreads
     gantt = ["", "Gantt charts: " + ", ".join(f"`{g}`" for g in report.get("gantt", [])) if report.get("gantt") else ""]
     return join_md(lines + summary + [""] + spreads + [""] + policy_lines + gantt + [""] + detail) + "\n"
 

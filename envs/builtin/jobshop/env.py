@@ -199,14 +199,13 @@ class JobShopEnv(gym.Env):
             self._perm = np.lexsort((idx, -rem, ~legal))
         else:
             self._perm = idx
-        if self.observation == "items":  # each job carries its next machine's row instead of a one-hot
-            jobs[:, JOB_FEATURES:] = np.where(live[:, None], machines[np.where(live, d.op_mach, 0)], 0.0)
-            jobs = jobs[self._perm]
-            flat = np.concatenate([jobs.ravel(), glob])
+        if self.observation == "items":  # each live job carries its next machine's row, not a one-hot
+            jobs[live, JOB_FEATURES:] = machines[d.op_mach[live]]
+            tail = [glob]
         else:
             jobs[idx[live], JOB_FEATURES + d.op_mach[live]] = 1.0
-            jobs = jobs[self._perm]
-            flat = np.concatenate([jobs.ravel(), machines.ravel(), glob])
+            tail = [machines.ravel(), glob]
+        flat = np.concatenate([jobs[self._perm].ravel(), *tail])
         legal = legal[self._perm]
         return {"observation": np.clip(flat, -CLIP, CLIP).astype(np.float32), "action_mask": legal.astype(np.int8)}
 
