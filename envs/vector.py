@@ -24,6 +24,7 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -230,6 +231,7 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         self.agents = [SINGLE_AGENT]
         self.obs_dim = int(gym.spaces.flatdim(self._space))
         self._box = isinstance(self._space, gym.spaces.Box)
+        self._vector_box = self._box and len(self._space.shape) == 1  # rows copy in as they are
         self._discrete = isinstance(self._action_space, gym.spaces.Discrete)
         self._check = _Checker(name)
         self._ep_return = np.zeros(num_envs)
@@ -275,6 +277,8 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         return VecObs(self._obs.copy(), self._ones, self._ones, None, self._states())
 
     def step(self, actions: np.ndarray) -> VecStep:
+        # Runs once per env step for every copy: per-copy work stays in plain Python, and the
+        # array checks are one pass each over all copies.
         n = self.num_envs
         acts = actions[:, 0].tolist() if self._discrete else actions[:, 0]
         rewards = np.empty((n, 1))
@@ -285,8 +289,10 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         final_state = None
         infos: list[dict[str, dict]] = []
         episodes = []
+        ended: list[int] = []
         new = np.empty_like(self._obs)
         checking = self._check.steps < SPACE_CHECK_STEPS
+        agent = self.agents[0]
         for i, env in enumerate(self.envs):
             out = env.step(acts[i])
             if not (isinstance(out, tuple) and len(out) == 5):
@@ -294,37 +300,41 @@ class GymnasiumCopies(VectorMultiAgentEnv):
                                f"as in Gymnasium >= 0.26; got a {type(out).__name__} of length "
                                f"{len(out) if isinstance(out, tuple) else '?'}.")
             obs, r, te, tr, info = out
-            if checking or not self._box:
+            if checking or not self._vector_box:
                 new[i, 0] = self._flat(obs, "step()", i)
             else:
-                new[i, 0] = np.asarray(obs, np.float32).reshape(-1)
+                new[i, 0] = obs  # a 1-D Box row: cast to float32 on the copy
             rewards[i, 0] = r
-            infos.append({self.agents[0]: info})
+            infos.append({agent: info})
             if te or tr:
                 term[i, 0], trunc[i, 0], end[i] = bool(te), bool(tr) and not bool(te), True
-        if not np.isfinite(new).all():  # one check for all copies; the message names the first bad one
+                ended.append(i)
+        # One float64 sum finds a NaN or inf anywhere (it cannot overflow from finite float32s);
+        # only then the slower search names the copy.
+        if not math.isfinite(new.sum(dtype=np.float64)):
             bad = int(np.flatnonzero(~np.isfinite(new).all(axis=(1, 2)))[0])
             self._check.finite(new[bad], "step()", bad)
         self._ep_return += rewards[:, 0]
         self._ep_len += 1
-        for i in np.flatnonzero(end):
-            episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), int(i)))
+        for i in ended:
+            episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
         self._check.steps += 1
-        self._check.rewards(rewards)
-        if end.any():
+        if not math.isfinite(rewards.sum()):
+            self._check.rewards(rewards)
+        if ended:
             final_obs = new.copy()
             if self.want_state:
                 final_state = np.zeros((n, self.state_dim or 0), np.float32)
-            for i in np.flatnonzero(end):
+            for i in ended:
                 if final_state is not None:
                     self._obs[i, 0] = new[i, 0]
                     final_state[i] = self._state(i)
-                self._reset_copy(int(i), None)
+                self._reset_copy(i, None)
                 new[i, 0] = self._obs[i, 0]
         else:
             final_obs = new
         self._obs = new
-        final_raw = {int(i): {self.agents[0]: final_obs[i, 0]} for i in np.flatnonzero(end)}
+        final_raw = {i: {agent: final_obs[i, 0]} for i in ended}
         return VecStep(new, self._ones, self._ones, None, self._states(), rewards=rewards, terminated=term,
                        truncated=trunc, final_obs=final_obs, final_state=final_state, episode_end=end,
                        infos=infos, episodes=episodes, final_raw=final_raw)
@@ -583,6 +593,7 @@ class GymnasiumVector(VectorMultiAgentEnv):
         self.obs_dim = int(gym.spaces.flatdim(self._space))
         self.state_dim = self.obs_dim
         self._box = isinstance(self._space, gym.spaces.Box)
+        self._vector_box = self._box and len(self._space.shape) == 1  # rows copy in as they are
         self._check = _Checker(name)
         self._ones = np.ones((self.num_envs, 1), bool)
         self._ep_return = np.zeros(self.num_envs)

@@ -330,7 +330,7 @@ class Sampler:
 
     def _due(self, p: _Plan, now: VecObs, ep_t: np.ndarray) -> np.ndarray:
         if p.bottom:
-            return now.acting[:, p.lane_slots]
+            return now.acting if p.all_slots else now.acting[:, p.lane_slots]
         live = now.alive.astype(np.float64) @ p.membership > 0
         return (ep_t % p.spec.every == 0)[:, None] & live
 
@@ -343,10 +343,10 @@ class Sampler:
         env_in: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # recorded layers: env part before the step
         for p in self.plans:
             due = self._due(p, now, self.ep_t)
-            if not due.any():
+            every = bool(due.all())  # the common case: no boolean gathers and scatters, reshapes
+            if not every and not due.any():
                 continue
             x, critic = self._inputs(p, now.obs, now.state, due)
-            every = bool(due.all())  # the common case: no boolean gathers and scatters, reshapes
             raw = x.reshape(-1, x.shape[-1]) if every else x[due]
             norm = self.obs_norms[p.name]
             buf = self.buffers.get(p.name)
@@ -400,7 +400,10 @@ class Sampler:
                                                                minlength=len(self.command_counts[p.name]))
             if buf is None:
                 continue
-            self._close(p, buf, due & (buf.open_row >= 0), end=False)
+            if every and buf.dense_row >= 0:  # a flat run, every step: the whole previous row closes
+                self._close_dense(p, buf)
+            else:
+                self._close(p, buf, due & (buf.open_row >= 0), end=False)
             row = (t, *lanes)
             buf.obs[row] = shaped(obs)
             buf.act[row] = shaped(actions)
@@ -487,7 +490,7 @@ class Sampler:
             if not dense and not open_.any():  # type: ignore[union-attr]
                 continue
             r_env = res.rewards if p.all_slots else res.rewards @ p.membership  # [N, L] the lane's agents' rewards
-            r = cfg.env * r_env
+            r = r_env if cfg.env == 1.0 else cfg.env * r_env
             r_int = None
             if p.intrinsic is not None:
                 r_int = self._intrinsic(p, res, env_in[p.name], open_ if open_ is not None else np.ones((self.N, p.L), bool))
@@ -555,6 +558,19 @@ class Sampler:
                 self.fresh[p.name][reset] = True
 
     # -- closing transitions ---------------------------------------------------------------------
+    def _close_dense(self, p: _Plan, buf: _Buffers) -> None:
+        """:meth:`_close` of every lane, all open at ``buf.dense_row``, when they decide again
+        (not an end): the same writes as plain row assignments, no masks."""
+        row = buf.dense_row
+        track = self.tracks[p.name]
+        buf.gam[row] = buf.disc if track.smdp else track.gamma
+        buf.closed[row] = True
+        buf.end[row] = False
+        buf.term[row] = False
+        buf.stop[row] = False
+        buf.open_row.fill(-1)
+        buf.dense_row = -1
+
     def _close(self, p: _Plan, buf: _Buffers, closing: np.ndarray, end: bool,
                truncated: np.ndarray | None = None, res: VecStep | None = None, cut: bool = False) -> None:
         """Close the open transitions of ``closing`` lanes: scale their reward, note how they end,
