@@ -143,17 +143,32 @@ class ObservationNormalizer:
         self.published = RunningStats(shape)
         self.delta = RunningStats(shape)   # folded part of the unsent statistics
         self._pending = MomentSums(shape)  # the rest, not folded yet
+        # Batches observed but not yet added to _pending. A sampler observes a few rows every env
+        # step; adding them one batch at a time costs six numpy calls a step, so they are added
+        # STASH_BATCHES at a time (and whenever the statistics are read).
+        self._stash: list[np.ndarray] = []
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
         self._unused = 0  # samples observed since the mean and std were last computed
 
+    STASH_BATCHES = 32
+
     def observe(self, obs: np.ndarray) -> None:
         if self.enabled:
-            x = np.asarray(obs).reshape((-1,) + self.delta.shape)
-            self._pending.add(x)
+            # A copy: the caller may reuse its array (an env writes reset rows into the last one).
+            x = np.array(obs).reshape((-1,) + self.delta.shape)
+            self._stash.append(x)
             self._unused += x.shape[0]
+            if len(self._stash) >= self.STASH_BATCHES:
+                self._add_stash()
+
+    def _add_stash(self) -> None:
+        if self._stash:
+            self._pending.add(self._stash[0] if len(self._stash) == 1 else np.concatenate(self._stash))
+            self._stash = []
 
     def _fold(self) -> None:
+        self._add_stash()
         if self._pending.count:
             self.delta.merge(self._pending.take())
 

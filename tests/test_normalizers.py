@@ -85,6 +85,26 @@ def test_moment_sums_are_exact_even_for_a_large_mean_and_a_small_spread():
     assert stats.count == 2000 and sums.take().count == 0  # taken once
 
 
+def test_small_batches_observed_one_step_at_a_time_give_the_statistics_of_all_rows():
+    # A sampler observes a few rows per env step, into one array it may later overwrite: the
+    # normalizer keeps a copy of each batch and adds them in groups (ObservationNormalizer._stash).
+    rng = np.random.default_rng(3)
+    norm = ObservationNormalizer((5,))
+    reused = np.empty((4, 5), np.float32)
+    seen = []
+    for _ in range(ObservationNormalizer.STASH_BATCHES * 3 + 7):  # whole groups and a partial one
+        reused[:] = rng.normal(2.0, 3.0, (4, 5))
+        seen.append(reused.copy())
+        norm.observe(reused)
+    reused[:] = 1e6  # the caller writes into its array again: nothing observed may change
+    rows = np.concatenate(seen).astype(np.float64)
+    delta = norm.take_delta()
+    assert delta.count == len(rows)
+    np.testing.assert_allclose(delta.mean, rows.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(delta.var, rows.var(0), rtol=1e-5)
+    assert norm.take_delta().count == 0
+
+
 def test_normalizer_refreshes_when_pending_samples_could_move_it():
     from hdppo.policies.normalizers import stale
 
