@@ -524,7 +524,7 @@ class Sampler:
             if closing.any():
                 # A lane was cut short when none of its agents that ended terminated.
                 if p.bottom:
-                    truncated = self.agent_trunc[:, p.lane_slots]
+                    truncated = self.agent_trunc if p.all_slots else self.agent_trunc[:, p.lane_slots]
                 else:
                     ended_cnt = self.agent_ended.astype(np.float64) @ p.membership
                     trunc_cnt = self.agent_trunc.astype(np.float64) @ p.membership
@@ -581,8 +581,7 @@ class Sampler:
         track = self.tracks[p.name]
         gamma = pick(buf.disc) if track.smdp else track.gamma
         term = ~pick(truncated) if end else False  # type: ignore[arg-type]
-        R = buf.R[at]  # scaled at harvest, all rows at once (RewardScaler.scale_rows)
-        buf.gam[at] = gamma
+        buf.gam[at] = gamma  # (R is scaled at harvest, all rows at once: RewardScaler.scale_rows)
         buf.closed[at] = True
         buf.end[at] = end
         buf.term[at] = term
@@ -593,7 +592,9 @@ class Sampler:
             return
         n_idx, l_idx = np.nonzero(closing)
         rows = np.full(len(n_idx), at[0]) if len(at) == 1 else at[0]
-        boot = ~np.broadcast_to(term, R.shape).reshape(-1)
+        # term: one entry per closing lane (in np.nonzero order) where an episode ended, else the
+        # scalar False (np.broadcast_to costs more than this whole branch on a few lanes).
+        boot = ~term.reshape(-1) if isinstance(term, np.ndarray) else np.full(len(n_idx), not term)
         if boot.any():
             view = np.zeros_like(closing)
             view[n_idx[boot], l_idx[boot]] = True
