@@ -143,29 +143,35 @@ class ObservationNormalizer:
         self.published = RunningStats(shape)
         self.delta = RunningStats(shape)   # folded part of the unsent statistics
         self._pending = MomentSums(shape)  # the rest, not folded yet
-        # Batches observed but not yet added to _pending. A sampler observes a few rows every env
-        # step; adding them one batch at a time costs six numpy calls a step, so they are added
-        # STASH_BATCHES at a time (and whenever the statistics are read).
+        # Small batches observed but not yet added to _pending. A sampler observes a few rows every
+        # env step; adding them one batch at a time costs six numpy calls a step, so they are
+        # added together once STASH_VALUES values wait (and whenever the statistics are read).
+        # A large batch (192 MAgent2 views) is added at once: its maths outweighs the calls.
         self._stash: list[np.ndarray] = []
+        self._stash_values = 0
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
         self._unused = 0  # samples observed since the mean and std were last computed
 
-    STASH_BATCHES = 32
+    STASH_VALUES = 4096
 
     def observe(self, obs: np.ndarray) -> None:
         if self.enabled:
-            # A copy: the caller may reuse its array (an env writes reset rows into the last one).
-            x = np.array(obs).reshape((-1,) + self.delta.shape)
-            self._stash.append(x)
+            x = np.asarray(obs).reshape((-1,) + self.delta.shape)
             self._unused += x.shape[0]
-            if len(self._stash) >= self.STASH_BATCHES:
+            if x.size > self.STASH_VALUES // 8:  # a large batch: no copy, no wait
+                self._add_stash()  # keep the order of the samples (the shift is the first batch's mean)
+                self._pending.add(x)
+                return
+            self._stash.append(x.copy())  # a copy: the caller may reuse its array (an env writes resets into it)
+            self._stash_values += x.size
+            if self._stash_values >= self.STASH_VALUES:
                 self._add_stash()
 
     def _add_stash(self) -> None:
         if self._stash:
             self._pending.add(self._stash[0] if len(self._stash) == 1 else np.concatenate(self._stash))
-            self._stash = []
+            self._stash, self._stash_values = [], 0
 
     def _fold(self) -> None:
         self._add_stash()

@@ -92,10 +92,14 @@ def test_small_batches_observed_one_step_at_a_time_give_the_statistics_of_all_ro
     norm = ObservationNormalizer((5,))
     reused = np.empty((4, 5), np.float32)
     seen = []
-    for _ in range(ObservationNormalizer.STASH_BATCHES * 3 + 7):  # whole groups and a partial one
+    for k in range(3 * ObservationNormalizer.STASH_VALUES // 20 + 7):  # whole groups and a partial one
         reused[:] = rng.normal(2.0, 3.0, (4, 5))
         seen.append(reused.copy())
         norm.observe(reused)
+        if k % 50 == 0:  # now and then a batch large enough to be added at once
+            big = rng.normal(-1.0, 2.0, (ObservationNormalizer.STASH_VALUES // 5, 5))
+            seen.append(big)
+            norm.observe(big)
     reused[:] = 1e6  # the caller writes into its array again: nothing observed may change
     rows = np.concatenate(seen).astype(np.float64)
     delta = norm.take_delta()
