@@ -152,6 +152,8 @@ class ObservationNormalizer:
         self._mean: np.ndarray | None = None
         self._std: np.ndarray | None = None
         self._unused = 0  # samples observed since the mean and std were last computed
+        self._counted = 0.0  # samples the mean and std were computed from
+        self._base: RunningStats | None = None  # published merged with delta, until either changes
 
     STASH_VALUES = 4096
 
@@ -177,6 +179,31 @@ class ObservationNormalizer:
         self._add_stash()
         if self._pending.count:
             self.delta.merge(self._pending.take())
+            self._base = None
+
+    def _refresh(self) -> None:
+        """The mean and std to normalise with: published, delta and pending samples together.
+        The pending sums are merged into a copy of their moments, not folded: early in a run this
+        happens every few env steps, and a fold and a merged copy cost three times as much."""
+        self._add_stash()
+        if self._base is None:
+            self._base = self.published.merged(self.delta)
+        mean, var, n = self._base.mean, self._base.var, self._base.count
+        q = self._pending
+        if q.count:
+            m = q.sum / q.count
+            q_mean, q_var = q.shift + m, np.maximum(q.sumsq / q.count - m * m, 0.0)
+            total = n + q.count
+            if n == 0:
+                mean, var = q_mean, q_var
+            else:  # RunningStats.merge_moments, written out to keep the base
+                d = q_mean - mean
+                var = (var * n + q_var * q.count + d * d * (n * q.count / total)) / total
+                mean = mean + d * (q.count / total)
+            n = total
+        # float32, as the observations: float64 statistics would upcast a copy of every batch.
+        self._mean, self._std = mean.astype(np.float32), np.sqrt(var + 1e-8).astype(np.float32)
+        self._unused, self._counted = 0, n
 
     @property
     def current(self) -> RunningStats:
@@ -187,10 +214,8 @@ class ObservationNormalizer:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return np.asarray(obs, dtype=np.float32)
-        if self._std is None or stale(self._unused, self.published.count + self.delta.count):
-            cur = self.current
-            # float32, as the observations: float64 statistics would upcast a copy of every batch.
-            self._mean, self._std, self._unused = cur.mean.astype(np.float32), cur.std().astype(np.float32), 0
+        if self._std is None or stale(self._unused, self._counted):
+            self._refresh()
         out = (obs - self._mean) / self._std
         return np.minimum(np.maximum(out, -self.clip, out=out), self.clip, out=out).astype(np.float32, copy=False)
 
@@ -200,10 +225,12 @@ class ObservationNormalizer:
         out = self.delta
         self.published = self.published.merged(out)
         self.delta = RunningStats(out.shape)
+        self._base = None
         return out
 
     def set_published(self, stats: RunningStats) -> None:
         self.published = stats.copy()
+        self._base = None
         self._std = None
 
 
