@@ -11,7 +11,12 @@ Scalar (the default): called once per env step for each lane (agent) of the laye
 Vectorised (``register_reward(name, vectorized=True)``): called once per env step for all the
 layer's B live lanes of all env copies at once, each argument stacked along a first axis::
 
-    fn(command=[B, C], obs=[B, D], next_obs=[B, D], action=[B, A] (or [B]), info=list of B dicts) -> [B]
+    fn(command=[B, C], obs=[B, D], next_obs=[B, D], action=[B, A] (or [B]), info=B dicts) -> [B]
+
+``info`` is a sequence of B dicts (:class:`hdppo.envs.vector.InfoRows`); on the bottom layer
+``info.column(key, default)`` gives one key of all B at once, straight from the env's arrays
+when a natively vectorised env returns ``VecStep.info_columns`` (skirmish does), so that no dict
+is built per agent and step.
 
 What the arguments are, per lane:
 

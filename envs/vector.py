@@ -63,6 +63,12 @@ class VecStep(VecObs):
     infos: list[dict[str, dict]] | None = None  # per copy: agent -> info (None: the env gives none)
     final_raw: dict[int, dict[str, Any]] = field(default_factory=dict)  # copy -> raw obs dict where a slot or copy ended
     episodes: list[tuple[float, int, int]] = field(default_factory=list)  # (return over agents, length, copy)
+    # Optional, for natively vectorised envs: per-agent info values as arrays, key -> [N, A, ...]
+    # (the value slot a's info dict has under key), valid where ``info_present`` [N, A] is True
+    # (the slots that have an info dict). A vectorised intrinsic reward reads them through
+    # :class:`InfoRows` instead of one dict per agent and step.
+    info_columns: Mapping[str, np.ndarray] | None = None
+    info_present: np.ndarray | None = None
 
 
 class VectorMultiAgentEnv:
@@ -163,6 +169,43 @@ class LazyStepInfos(Sequence):
 
     def __len__(self) -> int:
         return len(self._before)
+
+
+class InfoRows(Sequence):
+    """The info dicts of B (copy, slot) pairs, for a vectorised reward function (``info=``):
+    indexable as a list of dicts, and ``column(key, default)`` gives the key's values of all B
+    rows as one array straight from the env's :attr:`VecStep.info_columns` (``default`` where a
+    row has no info dict). Without columns, ``column`` reads the dicts."""
+
+    def __init__(self, rows: Callable[[], Sequence[Mapping[str, Any]]], n: int,
+                 columns: Mapping[str, np.ndarray] | None = None, present: np.ndarray | None = None,
+                 copies: np.ndarray | None = None, slots: np.ndarray | None = None):
+        self._make, self._n, self._built = rows, n, None  # the dicts are built on first use only
+        self._columns, self._present, self._copies, self._slots = columns, present, copies, slots
+
+    @property
+    def _rows(self) -> Sequence[Mapping[str, Any]]:
+        if self._built is None:
+            self._built = self._make()
+        return self._built
+
+    def __getitem__(self, k):  # type: ignore[override]
+        return self._rows[k]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def column(self, key: str, default: Any = 0.0) -> np.ndarray:
+        """``[B, ...]`` float64: each row's ``info[key]`` (``default`` where the row has none)."""
+        if self._columns is not None and key in self._columns:
+            vals = np.asarray(self._columns[key][self._copies, self._slots], np.float64)
+            have = self._present[self._copies, self._slots]  # type: ignore[index]
+            if not have.all():
+                vals = np.where(have.reshape(have.shape + (1,) * (vals.ndim - 1)), vals, np.asarray(default, np.float64))
+            return vals
+        if not self._n:
+            return np.zeros((0, *np.shape(default)))
+        return np.stack([np.asarray(r.get(key, default), np.float64) for r in self._rows])
 
 
 def flat_dims(space: gym.Space) -> tuple[int, int]:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..envs.errors import EnvError
-from ..envs.vector import VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
+from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve
 from .spec import LayerSpec
 from ..platform.batch import ID_COLUMNS, Batch
@@ -458,15 +458,25 @@ class Sampler:
             return out
         commands = cmd[n_idx, l_idx] if cmd is not None else np.zeros((len(n_idx), width), np.float32)
         actions = self.last_action[p.name][n_idx, l_idx]
-        infos = []
-        for n, lane in zip(n_idx, l_idx):
-            info_n = res.infos[n] if res.infos is not None else {}
-            members = [self.venv.agents[k] for k in p.members[lane]]
-            infos.append(info_n.get(members[0], {}) if p.bottom else {m: info_n.get(m, {}) for m in members})
+
+        def lane_infos() -> list:
+            infos = []
+            for n, lane in zip(n_idx, l_idx):
+                info_n = res.infos[n] if res.infos is not None else {}
+                members = [self.venv.agents[k] for k in p.members[lane]]
+                infos.append(info_n.get(members[0], {}) if p.bottom else {m: info_n.get(m, {}) for m in members})
+            return infos
+
         if p.vectorized:
+            # A bottom lane is one agent slot: its info values can come straight from the env's
+            # info columns (InfoRows.column), with no dict per agent and step.
+            columns = res.info_columns if p.bottom else None
+            info = InfoRows(lane_infos, len(n_idx), columns, res.info_present, n_idx,
+                            p.lane_slots[l_idx] if p.bottom else None)  # type: ignore[index]
             out[n_idx, l_idx] = np.asarray(fn(command=commands, obs=env_before[n_idx, l_idx],  # type: ignore[misc]
-                                              next_obs=env_after[n_idx, l_idx], action=actions, info=infos), np.float64)
+                                              next_obs=env_after[n_idx, l_idx], action=actions, info=info), np.float64)
         else:
+            infos = lane_infos()
             for k in range(len(n_idx)):
                 out[n_idx[k], l_idx[k]] = float(fn(command=commands[k], obs=env_before[n_idx[k], l_idx[k]],  # type: ignore[misc]
                                                    next_obs=env_after[n_idx[k], l_idx[k]], action=actions[k],

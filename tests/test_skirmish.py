@@ -293,6 +293,46 @@ def test_rewards_for_a_hierarchy_are_registered_and_follow_orders():
     assert follow(command=np.stack([advance_on_0] * 8), info=list(info.values())).shape == (8,)
 
 
+def test_order_reward_from_the_envs_info_columns_equals_the_one_from_its_dicts():
+    """The batched env hands its per-unit accounts as arrays (VecStep.info_columns); the sampler
+    passes them to a vectorised reward as InfoRows. Over games with deaths and resets, the reward
+    read from the columns equals the one read from the info dicts, units without a dict included."""
+    from hdppo.envs.vector import InfoRows
+
+    follow = resolve_reward("skirmish_follow_order").fn
+    v = make_vector(8, seed=1, scenario="8v8_mixed", opponent="nearest")
+    now = v.reset(seed=1)
+    rng = np.random.default_rng(1)
+    S = v.battle.S
+    checked = missing = ended = 0
+    for _ in range(150):
+        res = v.step(np.argmax(rng.random(now.masks.shape) * now.masks, -1))
+        copies, slots = np.nonzero(np.ones(res.info_present.shape, bool))  # every slot, present or not
+        rows = [res.infos[c].get(v.agents[k], {}) for c, k in zip(copies, slots)]
+        orders = np.zeros((len(rows), S + 5), np.float32)
+        orders[np.arange(len(rows)), rng.integers(0, S, len(rows))] = 1
+        orders[np.arange(len(rows)), S + rng.integers(0, 3, len(rows))] = 1
+        orders[np.arange(len(rows)), S + 3 + rng.integers(0, 2, len(rows))] = 1
+        columns = InfoRows(lambda: rows, len(rows), res.info_columns, res.info_present, copies, slots)
+        np.testing.assert_allclose(follow(command=orders, info=columns), follow(command=orders, info=rows), rtol=1e-6)
+        assert columns._built is None  # the dicts were never needed
+        checked += len(rows)
+        missing += int((~res.info_present).sum())
+        ended += int(res.episode_end.sum())
+        now = res
+    assert missing > 100 and ended >= 8  # dead units (the reward's defaults), and copies reset
+    assert checked == 150 * 8 * 8
+
+
+def test_info_rows_without_columns_read_the_dicts():
+    from hdppo.envs.vector import InfoRows
+
+    rows = [{"a": 1.0, "b": np.array([1.0, 2.0])}, {}]
+    info = InfoRows(lambda: rows, 2)
+    assert info.column("a").tolist() == [1.0, 0.0] and info.column("b", np.full(2, 9.0)).tolist() == [[1, 2], [9, 9]]
+    assert len(info) == 2 and list(info) == rows
+
+
 def test_hierarchy_specs_build_over_squads_with_both_env_kinds():
     """What configs/skirmish_hierarchy.yaml will need: squads as lanes, orders and objectives as
     commands, the rewards above, squad views (ParallelEnv) or state (vector)."""

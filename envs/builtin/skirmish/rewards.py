@@ -31,11 +31,15 @@ TAKEN_WEIGHT = 0.05     # squad objective: per hp the squad lost
 HOLD_DEPTH = 0.5        # squad objective "hold": stay within this fraction of the map from the own edge
 
 
-def _field(info: list[dict], key: str, width: int | None = None) -> np.ndarray:
+def _field(info, key: str, width: int | None = None, default: float = 0.0) -> np.ndarray:
+    """``[B]`` (or ``[B, width]``) values of ``key`` over B info dicts; from the env's arrays when
+    the sampler hands an :class:`~hdppo.envs.vector.InfoRows` with columns."""
+    fill = default if width is None else np.full(width, default)
+    if hasattr(info, "column"):
+        return info.column(key, fill)
     if width is None:
-        return np.fromiter((i.get(key, 0.0) for i in info), np.float64, len(info))
-    zero = np.zeros(width)
-    return np.stack([np.asarray(i.get(key, zero), np.float64) for i in info]) if info else np.zeros((0, width))
+        return np.fromiter((i.get(key, default) for i in info), np.float64, len(info))
+    return np.stack([np.asarray(i.get(key, fill), np.float64) for i in info]) if len(info) else np.zeros((0, width))
 
 
 @register_reward("skirmish_follow_order", vectorized=True)
@@ -65,7 +69,7 @@ def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | n
     moved, retreat = _field(info, "moved"), _field(info, "retreat")  # type: ignore[arg-type]
     cohesion = _field(info, "cohesion")  # type: ignore[arg-type]
     # Units that are gone have no spacing to keep.
-    spacing = np.fromiter((i.get("spacing", LOOSE_SPACING) for i in info), np.float64, len(info))  # type: ignore[union-attr]
+    spacing = _field(info, "spacing", default=LOOSE_SPACING)
     move = np.select([posture == 0, posture == 1], [approach, -moved], retreat)
     off = np.where(formation == 0, np.maximum(cohesion - TIGHT_RADIUS, 0.0), np.maximum(LOOSE_SPACING - spacing, 0.0))
     return (DAMAGE_WEIGHT * dealt + MOVE_WEIGHT * move - FORMATION_WEIGHT * off).astype(np.float32)

@@ -16,6 +16,7 @@ from gymnasium import spaces
 
 from ...vector import LazyStepInfos, VecObs, VecStep, VectorMultiAgentEnv
 from .accounts import unit_infos
+from .core import StepArrays
 from .env import SkirmishEnv, make_battle, observation_space
 from .opponents import get_policy
 from .render import frame
@@ -103,7 +104,16 @@ class SkirmishVector(VectorMultiAgentEnv):
         state = b.state() if self.want_state else None
         return VecStep(obs, alive, alive.copy(), masks, state, rewards=rewards, terminated=term, truncated=trunc,
                        final_obs=final_obs, final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]
-                       episodes=episodes)
+                       episodes=episodes, info_columns=self._info_columns(res), info_present=before)
+
+    def _info_columns(self, res: StepArrays) -> dict[str, np.ndarray]:
+        """The per-step keys of :func:`.accounts.unit_infos` as ``[N, n, ...]`` views of ``res``
+        (the red units' slots), for vectorised rewards (``InfoRows.column``)."""
+        b, n = self.battle, self.battle.n
+        cols = {k: getattr(res, k)[:, :n] for k in ("dealt", "dealt_to", "killed", "taken", "healed", "approach",
+                                                    "retreat", "cohesion", "spacing", "depth", "moved")}
+        cols["squad"] = np.broadcast_to(b.squad[:n], (b.N, n))
+        return cols
 
     def close(self) -> None:
         pass
