@@ -221,3 +221,21 @@ def test_engine_ab_arm_settings_and_refuses_an_existing_run_dir(tmp_path):
     assert not (tmp_path / "x").exists()
     assert engine_ab.run_name("new", 3, 3_000_000) == "ant_ab_new_seed3_3m"
     assert engine_ab.run_name("new", 3, 3_000_000, "lr1e-4") == "ant_ab_new_lr1e-4_seed3_3m"
+
+
+def test_sampling_ab_runs_the_tree_asked_for_and_renders_its_ratios():
+    """sampling_ab: a measurement with the old tree imports it (here HEAD's own), the current one
+    this tree; the table shows each round and the median ratio."""
+    import old_commit
+    import sampling_ab
+
+    with old_commit.old_tree("HEAD") as root:
+        old = sampling_ab.measure("hopper", 0.3, root)
+    new = sampling_ab.measure("hopper", 0.3, None)
+    assert str(root) in old["engine"] and old["engine"] != new["engine"] and new["engine"].startswith(str(ROOT))
+    assert old["env_steps"] > 0 and new["per_cpu_s"] > 0
+    report = {"machine": __import__("machine").machine_info(), "command": "x", "base": "abc", "rounds": 2,
+              "seconds": 1.0, "results": {"hopper": {"base": [old, old], "current": [new, new],
+                                                     "ratios": [1.5, 2.5], "median_ratio": 2.0}}}
+    md = sampling_ab.render(report)
+    assert "| hopper | **2.000** | 1.500, 2.500 |" in md and md.count("| hopper | ") == 3
