@@ -172,16 +172,20 @@ class LazyStepInfos(Sequence):
 
 
 class InfoRows(Sequence):
-    """The info dicts of B (copy, slot) pairs, for a vectorised reward function (``info=``):
-    indexable as a list of dicts, and ``column(key, default)`` gives the key's values of all B
-    rows as one array straight from the env's :attr:`VecStep.info_columns` (``default`` where a
-    row has no info dict). Without columns, ``column`` reads the dicts."""
+    """The info of B lanes, for a vectorised reward function (``info=``). Indexable as a list:
+    on the bottom layer each row is one agent's info dict; on an upper layer (``grouped``) a
+    dict of its m member agents' dicts, by name, in member order. ``column(key, default)`` gives
+    the key's values of all rows as one array, ``[B, ...]`` (``[B, m, ...]`` grouped), straight
+    from the env's :attr:`VecStep.info_columns` where it has them (``slots`` then holds each
+    lane's slot, ``[B]``, or member slots, ``[B, m]``), else read from the dicts; ``default``
+    where an agent has no info dict. ``present()`` says which agents have one."""
 
     def __init__(self, rows: Callable[[], Sequence[Mapping[str, Any]]], n: int,
                  columns: Mapping[str, np.ndarray] | None = None, present: np.ndarray | None = None,
-                 copies: np.ndarray | None = None, slots: np.ndarray | None = None):
+                 copies: np.ndarray | None = None, slots: np.ndarray | None = None, grouped: bool = False):
         self._make, self._n, self._built = rows, n, None  # the dicts are built on first use only
-        self._columns, self._present, self._copies, self._slots = columns, present, copies, slots
+        self._columns, self._present, self._slots, self.grouped = columns, present, slots, grouped
+        self._copies = copies[:, None] if grouped and copies is not None else copies
 
     @property
     def _rows(self) -> Sequence[Mapping[str, Any]]:
@@ -195,17 +199,37 @@ class InfoRows(Sequence):
     def __len__(self) -> int:
         return self._n
 
+    def _agents(self) -> list[list[Mapping[str, Any]]]:
+        """Every row's agents' dicts, ``[B][1 or m]`` (rows with fewer members padded with ``{}``)."""
+        if not self.grouped:
+            return [[r] for r in self._rows]
+        rows = [list(r.values()) for r in self._rows]
+        m = max((len(r) for r in rows), default=0)
+        return [r + [{}] * (m - len(r)) for r in rows]
+
+    def present(self) -> np.ndarray:
+        """``[B]`` (``[B, m]`` grouped) bool: the agent has an info dict (was alive before the step)."""
+        if self._columns is not None:
+            return self._present[self._copies, self._slots]  # type: ignore[index]
+        have = np.array([[bool(a) for a in agents] for agents in self._agents()], bool).reshape(self._n, -1)
+        return have if self.grouped else have[:, 0]
+
     def column(self, key: str, default: Any = 0.0) -> np.ndarray:
-        """``[B, ...]`` float64: each row's ``info[key]`` (``default`` where the row has none)."""
+        """The key's values, float64 ``[B, ...]`` (``[B, m, ...]`` grouped); ``default`` where an
+        agent has no info dict (or, read from dicts, no such key)."""
+        fill = np.asarray(default, np.float64)
         if self._columns is not None and key in self._columns:
             vals = np.asarray(self._columns[key][self._copies, self._slots], np.float64)
-            have = self._present[self._copies, self._slots]  # type: ignore[index]
+            have = self.present()
             if not have.all():
-                vals = np.where(have.reshape(have.shape + (1,) * (vals.ndim - 1)), vals, np.asarray(default, np.float64))
+                vals = np.where(have.reshape(have.shape + (1,) * (vals.ndim - have.ndim)), vals, fill)
             return vals
-        if not self._n:
-            return np.zeros((0, *np.shape(default)))
-        return np.stack([np.asarray(r.get(key, default), np.float64) for r in self._rows])
+        agents = self._agents()
+        found = [a[key] for row in agents for a in row if key in a]
+        shape = np.shape(found[0]) if found else fill.shape
+        out = np.array([[np.asarray(a.get(key, fill), np.float64) * np.ones(shape) for a in row] for row in agents],
+                       np.float64).reshape((self._n, -1, *shape))
+        return out if self.grouped else out[:, 0]
 
 
 def flat_dims(space: gym.Space) -> tuple[int, int]:

@@ -468,11 +468,12 @@ class Sampler:
             return infos
 
         if p.vectorized:
-            # A bottom lane is one agent slot: its info values can come straight from the env's
-            # info columns (InfoRows.column), with no dict per agent and step.
-            columns = res.info_columns if p.bottom else None
-            info = InfoRows(lane_infos, len(n_idx), columns, res.info_present, n_idx,
-                            p.lane_slots[l_idx] if p.bottom else None)  # type: ignore[index]
+            # The lanes' agents' info values can come straight from the env's info columns
+            # (InfoRows.column), with no dict per agent and step: a bottom lane is one slot, an
+            # upper lane its members' slots (equal squads: p.gather).
+            slots = p.lane_slots[l_idx] if p.bottom else p.gather[l_idx]  # type: ignore[index]
+            info = InfoRows(lane_infos, len(n_idx), res.info_columns, res.info_present, n_idx, slots,
+                            grouped=not p.bottom)
             out[n_idx, l_idx] = np.asarray(fn(command=commands, obs=env_before[n_idx, l_idx],  # type: ignore[misc]
                                               next_obs=env_after[n_idx, l_idx], action=actions, info=info), np.float64)
         else:

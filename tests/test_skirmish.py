@@ -324,6 +324,65 @@ def test_order_reward_from_the_envs_info_columns_equals_the_one_from_its_dicts()
     assert checked == 150 * 8 * 8
 
 
+def _squad_objective_loop(command, info):
+    """skirmish_squad_objective as first written, one squad at a time over its units' dicts:
+    the reference for the array version."""
+    from hdppo.envs.builtin.skirmish.rewards import DAMAGE_WEIGHT, FORMATION_WEIGHT, HOLD_DEPTH, TAKEN_WEIGHT
+
+    out = np.zeros(len(command), np.float32)
+    for b, members in enumerate(info):
+        units = [i for i in members.values() if "dealt_to" in i]
+        if not units:
+            continue
+        S = len(units[0]["dealt_to"])
+        n_obj = S + 1
+        c = command[b]
+        if len(c) != n_obj:
+            squad = units[0]["squad"]
+            c = c[squad * n_obj:(squad + 1) * n_obj]
+        obj = int(np.argmax(c))
+        taken = sum(u["taken"] for u in units)
+        if obj < S:
+            out[b] = DAMAGE_WEIGHT * sum(u["dealt_to"][obj] + u["approach"][obj] for u in units) - TAKEN_WEIGHT * taken
+        else:
+            dealt = sum(u["dealt"] for u in units)
+            deep = sum(max(u["depth"] - HOLD_DEPTH, 0.0) for u in units)
+            out[b] = DAMAGE_WEIGHT * (dealt - taken) - FORMATION_WEIGHT * deep
+    return out
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_squad_objective_from_columns_and_from_dicts_equals_the_loop(whole):
+    """The squad reward on arrays, read from the env's info columns (InfoRows, grouped) or from
+    the squads' dicts, equals the one-squad-at-a-time loop, over games with deaths and resets;
+    with a Discrete(S + 1) objective or the strategy's whole MultiDiscrete."""
+    from hdppo.envs.vector import InfoRows
+
+    objective = resolve_reward("skirmish_squad_objective").fn
+    v = make_vector(8, seed=2, scenario="8v8_mixed", opponent="nearest")
+    now = v.reset(seed=2)
+    rng = np.random.default_rng(2)
+    S = v.battle.S
+    squads = np.array([np.flatnonzero(v.battle.squad[:v.battle.n] == q) for q in range(S)])  # [S, m]
+    width = S * (S + 1) if whole else S + 1
+    for _ in range(120):
+        res = v.step(np.argmax(rng.random(now.masks.shape) * now.masks, -1))
+        copies = np.repeat(np.arange(8), S)
+        lanes = np.tile(np.arange(S), 8)
+        slots = squads[lanes]
+        rows = [{v.agents[k]: res.infos[c].get(v.agents[k], {}) for k in squads[q]} for c, q in zip(copies, lanes)]
+        cmd = np.eye(width, dtype=np.float32)[rng.integers(0, width, len(rows))]
+        if whole:  # one hot per own squad
+            cmd = np.concatenate([np.eye(S + 1, dtype=np.float32)[rng.integers(0, S + 1, len(rows))] for _ in range(S)], 1)
+        expected = _squad_objective_loop(cmd, rows)
+        cols = InfoRows(lambda: rows, len(rows), res.info_columns, res.info_present, copies, slots, grouped=True)
+        np.testing.assert_allclose(objective(command=cmd, info=cols), expected, rtol=1e-5, atol=1e-6)
+        assert cols._built is None
+        np.testing.assert_allclose(objective(command=cmd, info=rows), expected, rtol=1e-5, atol=1e-6)
+        now = res
+    assert (~res.info_present).any()
+
+
 def test_info_rows_without_columns_read_the_dicts():
     from hdppo.envs.vector import InfoRows
 

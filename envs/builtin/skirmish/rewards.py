@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...rewards import register_reward
+from ...vector import InfoRows
 
 POSTURES = ("advance", "hold", "retreat")
 FORMATIONS = ("tight", "loose")
@@ -90,27 +91,33 @@ def squad_objective(command: np.ndarray, info: dict | list[dict], **_) -> float 
     command = np.asarray(command, np.float32)
     if command.ndim == 1:
         return float(squad_objective(command[None], [info])[0])  # type: ignore[list-item]
-    out = np.zeros(len(command), np.float32)
-    for b, members in enumerate(info):
-        units = [i for i in members.values() if "dealt_to" in i]  # type: ignore[union-attr]
-        if not units:
-            continue
-        S = len(units[0]["dealt_to"])
-        n_obj = S + 1
-        c = command[b]
-        if len(c) != n_obj:
-            squad = units[0]["squad"]
-            if len(c) < (squad + 1) * n_obj:
-                raise ValueError(f"skirmish_squad_objective: a command of {len(c)} values; it must be {n_obj} "
-                                 f"(Discrete(S + 1)) or S own squads times {n_obj}")
-            c = c[squad * n_obj:(squad + 1) * n_obj]
-        obj = int(np.argmax(c))
-        taken = sum(u["taken"] for u in units)
-        if obj < S:
-            gain = sum(u["dealt_to"][obj] + u["approach"][obj] for u in units)
-            out[b] = DAMAGE_WEIGHT * gain - TAKEN_WEIGHT * taken
-        else:
-            dealt = sum(u["dealt"] for u in units)
-            deep = sum(max(u["depth"] - HOLD_DEPTH, 0.0) for u in units)
-            out[b] = DAMAGE_WEIGHT * (dealt - taken) - FORMATION_WEIGHT * deep
+    rows = info if isinstance(info, InfoRows) else InfoRows(lambda: info, len(info), grouped=True)  # type: ignore[arg-type]
+    B = len(command)
+    out = np.zeros(B, np.float32)
+    here = rows.present().reshape(B, -1)   # [B, m] the squad's units that were alive before the step
+    lanes = here.any(1)
+    if not lanes.any():
+        return out
+    dealt_to = rows.column("dealt_to").reshape(B, here.shape[1], -1)  # [B, m, S]
+    S = dealt_to.shape[-1]
+    n_obj = S + 1
+    c = command
+    if command.shape[1] != n_obj:  # the strategy's whole MultiDiscrete: the squad's own entry
+        first = here.argmax(1)  # the squad's first unit alive before the step
+        squad = rows.column("squad").reshape(B, -1)[np.arange(B), first].astype(np.int64)
+        if (command.shape[1] < (squad[lanes] + 1) * n_obj).any():
+            raise ValueError(f"skirmish_squad_objective: a command of {command.shape[1]} values; it must be "
+                             f"{n_obj} (Discrete(S + 1)) or S own squads times {n_obj}")
+        c = command[np.arange(B)[:, None], np.minimum(squad, command.shape[1] // n_obj - 1)[:, None] * n_obj + np.arange(n_obj)]
+    obj = c.argmax(1)
+    w = here.astype(np.float64)  # sums over the units with an info dict
+    taken = (rows.column("taken").reshape(B, -1) * w).sum(1)
+    target = np.minimum(obj, S - 1)[:, None, None]
+    gain = ((np.take_along_axis(dealt_to, target, 2)[..., 0]
+             + np.take_along_axis(rows.column("approach").reshape(B, here.shape[1], -1), target, 2)[..., 0]) * w).sum(1)
+    dealt = (rows.column("dealt").reshape(B, -1) * w).sum(1)
+    deep = (np.maximum(rows.column("depth").reshape(B, -1) - HOLD_DEPTH, 0.0) * w).sum(1)
+    value = np.where(obj < S, DAMAGE_WEIGHT * gain - TAKEN_WEIGHT * taken,
+                     DAMAGE_WEIGHT * (dealt - taken) - FORMATION_WEIGHT * deep)
+    out[lanes] = value[lanes]
     return out
