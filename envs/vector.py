@@ -210,7 +210,9 @@ class InfoRows(Sequence):
     def present(self) -> np.ndarray:
         """``[B]`` (``[B, m]`` grouped) bool: the agent has an info dict (was alive before the step)."""
         if self._columns is not None:
-            return self._present[self._copies, self._slots]  # type: ignore[index]
+            if self._present is None:  # an env that gives columns without info_present: every agent has them
+                return np.ones(np.shape(self._slots), bool)
+            return self._present[self._copies, self._slots]
         have = np.array([[bool(a) for a in agents] for agents in self._agents()], bool).reshape(self._n, -1)
         return have if self.grouped else have[:, 0]
 
@@ -660,7 +662,6 @@ class GymnasiumVector(VectorMultiAgentEnv):
         self.obs_dim = int(gym.spaces.flatdim(self._space))
         self.state_dim = self.obs_dim
         self._box = isinstance(self._space, gym.spaces.Box)
-        self._vector_box = self._box and len(self._space.shape) == 1  # rows copy in as they are
         self._check = _Checker(name)
         self._ones = np.ones((self.num_envs, 1), bool)
         self._ep_return = np.zeros(self.num_envs)
