@@ -390,6 +390,9 @@ def test_info_rows_without_columns_read_the_dicts():
     info = InfoRows(lambda: rows, 2)
     assert info.column("a").tolist() == [1.0, 0.0] and info.column("b", np.full(2, 9.0)).tolist() == [[1, 2], [9, 9]]
     assert len(info) == 2 and list(info) == rows
+    # Columns without info_present: every agent counts as having its values.
+    cols = InfoRows(lambda: rows, 2, {"a": np.array([[3.0, 4.0]])}, None, np.array([0, 0]), np.array([1, 0]))
+    assert cols.present().tolist() == [True, True] and cols.column("a").tolist() == [4.0, 3.0]
 
 
 def test_hierarchy_specs_build_over_squads_with_both_env_kinds():

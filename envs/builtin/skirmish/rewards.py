@@ -32,15 +32,10 @@ TAKEN_WEIGHT = 0.05     # squad objective: per hp the squad lost
 HOLD_DEPTH = 0.5        # squad objective "hold": stay within this fraction of the map from the own edge
 
 
-def _field(info, key: str, width: int | None = None, default: float = 0.0) -> np.ndarray:
-    """``[B]`` (or ``[B, width]``) values of ``key`` over B info dicts; from the env's arrays when
-    the sampler hands an :class:`~hdppo.envs.vector.InfoRows` with columns."""
-    fill = default if width is None else np.full(width, default)
-    if hasattr(info, "column"):
-        return info.column(key, fill)
-    if width is None:
-        return np.fromiter((i.get(key, default) for i in info), np.float64, len(info))
-    return np.stack([np.asarray(i.get(key, fill), np.float64) for i in info]) if len(info) else np.zeros((0, width))
+def _rows(info, grouped: bool = False) -> InfoRows:
+    """``info`` as :class:`~hdppo.envs.vector.InfoRows` (the sampler hands one; a caller's list of
+    dicts is wrapped), so that every key is read through ``InfoRows.column``."""
+    return info if isinstance(info, InfoRows) else InfoRows(lambda: info, len(info), grouped=grouped)
 
 
 @register_reward("skirmish_follow_order", vectorized=True)
@@ -61,16 +56,16 @@ def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | n
     if S < 1:
         raise ValueError(f"skirmish_follow_order: the order has {command.shape[1]} values; it must be the one-hots "
                          f"of MultiDiscrete([S, 3, 2]) (S + {ORDER_EXTRA} values), S the enemy's squads")
+    units = _rows(info)
     rows = np.arange(len(command))
     target = np.argmax(command[:, :S], 1)
     posture = np.argmax(command[:, S:S + 3], 1)
     formation = np.argmax(command[:, S + 3:], 1)
-    dealt = _field(info, "dealt_to", S)[rows, target]  # type: ignore[arg-type]
-    approach = _field(info, "approach", S)[rows, target]  # type: ignore[arg-type]
-    moved, retreat = _field(info, "moved"), _field(info, "retreat")  # type: ignore[arg-type]
-    cohesion = _field(info, "cohesion")  # type: ignore[arg-type]
+    dealt = units.column("dealt_to", np.zeros(S))[rows, target]
+    approach = units.column("approach", np.zeros(S))[rows, target]
+    moved, retreat, cohesion = units.column("moved"), units.column("retreat"), units.column("cohesion")
     # Units that are gone have no spacing to keep.
-    spacing = _field(info, "spacing", default=LOOSE_SPACING)
+    spacing = units.column("spacing", LOOSE_SPACING)
     move = np.select([posture == 0, posture == 1], [approach, -moved], retreat)
     off = np.where(formation == 0, np.maximum(cohesion - TIGHT_RADIUS, 0.0), np.maximum(LOOSE_SPACING - spacing, 0.0))
     return (DAMAGE_WEIGHT * dealt + MOVE_WEIGHT * move - FORMATION_WEIGHT * off).astype(np.float32)
@@ -91,7 +86,7 @@ def squad_objective(command: np.ndarray, info: dict | list[dict], **_) -> float 
     command = np.asarray(command, np.float32)
     if command.ndim == 1:
         return float(squad_objective(command[None], [info])[0])  # type: ignore[list-item]
-    rows = info if isinstance(info, InfoRows) else InfoRows(lambda: info, len(info), grouped=True)  # type: ignore[arg-type]
+    rows = _rows(info, grouped=True)
     B = len(command)
     out = np.zeros(B, np.float32)
     here = rows.present().reshape(B, -1)   # [B, m] the squad's units that were alive before the step

@@ -9,6 +9,7 @@ available here: give upper layers ``observation.source: state`` or ``env``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -106,17 +107,38 @@ class SkirmishVector(VectorMultiAgentEnv):
                        final_obs=final_obs, final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]
                        episodes=episodes, info_columns=self._info_columns(res), info_present=before)
 
-    def _info_columns(self, res: StepArrays) -> dict[str, np.ndarray]:
+    def _info_columns(self, res: StepArrays) -> "_UnitColumns":
         """The per-step keys of :func:`.accounts.unit_infos` as ``[N, n, ...]`` views of ``res``
-        (the red units' slots), for vectorised rewards (``InfoRows.column``)."""
-        b, n = self.battle, self.battle.n
-        cols = {k: getattr(res, k)[:, :n] for k in ("dealt", "dealt_to", "killed", "taken", "healed", "approach",
-                                                    "retreat", "cohesion", "spacing", "depth", "moved")}
-        cols["squad"] = np.broadcast_to(b.squad[:n], (b.N, n))
-        return cols
+        (the red units' slots), for vectorised rewards (``InfoRows.column``); each made when read."""
+        return _UnitColumns(res, self.battle)
 
     def close(self) -> None:
         pass
+
+
+class _UnitColumns(Mapping):
+    """:meth:`SkirmishVector._info_columns`: a view is sliced only for a key a reward reads (most
+    steps of an upper layer's worker read none)."""
+
+    KEYS = ("dealt", "dealt_to", "killed", "taken", "healed", "approach", "retreat", "cohesion", "spacing", "depth",
+            "moved", "squad")
+
+    def __init__(self, res: StepArrays, battle):
+        self._res, self._battle = res, battle
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        b, n = self._battle, self._battle.n
+        if key == "squad":
+            return np.broadcast_to(b.squad[:n], (b.N, n))
+        if key not in self.KEYS:
+            raise KeyError(key)
+        return getattr(self._res, key)[:, :n]
+
+    def __iter__(self):
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
 
 
 def make_vector(num_envs: int, seed: int | None = None, **kwargs: Any) -> SkirmishVector:
