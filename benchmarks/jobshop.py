@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         png = save_gantt(HERE / "results" / f"{stem}_gantt_{name}.png", inst, sched[key], title)
         log_gantt(policy.run_dir / "tb" / policy.cfg.layers[0].name, f"jobshop/gantt/{name}", inst, sched[key],
                   policy.env_steps, title)
-        gantt.append(str(png.relative_to(ROOT)))
+        gantt.append(str(png.relative_to(ROOT)) if png.is_relative_to(ROOT) else str(png))  # --out may be a path
     report["gantt"] = gantt
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     write_report(stem, report, markdown(report), "jobshop")
