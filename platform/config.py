@@ -118,6 +118,11 @@ class PolicyConfig(_Strict):
     hidden: list[int] = Field(default_factory=lambda: [64, 64], description="Hidden layer sizes of actor and critic.")
     activation: Literal["tanh", "relu", "elu"] = Field("tanh", description="Hidden activation.")
     init_log_std: float = Field(0.0, description="Initial log-std of a Gaussian (Box) policy.")
+    log_std_range: Optional[list[float]] = Field(
+        None, description="[min, max] of a Gaussian (Box) policy's log-std, enforced after every optimizer step "
+        "(a projection). The env receives actions clipped to its bounds, so a wider Gaussian costs the policy "
+        "nothing there and PPO can let the std grow until the actions are bang-bang at the bounds; a maximum "
+        "stops that. None: unbounded.")
     central_critic: bool = Field(False, description="MAPPO-style: the critic reads the env's global state().")
     encoder: Literal["mlp", "cnn", "gru", "cnn_gru", "set"] = Field(
         "mlp", description="'mlp': the flat input goes straight to the hidden layers. 'cnn': the first "
@@ -155,6 +160,13 @@ class PolicyConfig(_Strict):
     def _image_shape(cls, v: Optional[list[int]]) -> Optional[list[int]]:
         if v is not None and (len(v) != 3 or any(d < 1 for d in v)):
             raise ValueError("image_shape must be three positive sizes, [H, W, C] or [C, H, W], e.g. [10, 10, 4]")
+        return v
+
+    @field_validator("log_std_range")
+    @classmethod
+    def _log_std_range(cls, v: Optional[list[float]]) -> Optional[list[float]]:
+        if v is not None and (len(v) != 2 or not v[0] < v[1]):
+            raise ValueError(f"log_std_range must be two numbers [min, max] with min < max, e.g. [-3.0, -0.5]; got {v}")
         return v
 
     @field_validator("cnn_channels")

@@ -117,6 +117,10 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
+        bounds = self.layer.policy.log_std_range
+        if bounds is not None and isinstance(getattr(self.policy, "log_std", None), torch.nn.Parameter):
+            with torch.no_grad():
+                self.policy.log_std.clamp_(*bounds)
         return norm
 
     def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None,

@@ -65,6 +65,37 @@ def test_collision_with_a_sphere_and_between_drones():
     assert res.collision_now[0, 0] == 0 and s.collisions[0, 0] == 1
 
 
+def test_proximity_penalty_grows_as_the_gap_closes():
+    from hdppo.envs.builtin.swarm import RewardWeights
+
+    sc = Scenario("one_sphere", 8, spheres=1, cylinders=0, moving=0)
+    penalties = []
+    for gap in (2.0, 0.8, 0.4, 0.1):   # clearance to the sphere's surface, margin 1 m
+        s = Swarm(sc, 1, rng=np.random.default_rng(0), weights=RewardWeights(proximity=2.0, margin=1.0))
+        s.reset()
+        plain = Swarm(sc, 1, rng=np.random.default_rng(0))
+        plain.reset()
+        for sim in (s, plain):
+            sim.oc[0, 0], sim.orad[0, 0] = [10.0, 8.0, 5.0], 1.0
+            for j in range(8):                       # far from each other, at rest
+                sim.pos[0, j], sim.vel[0, j] = [2.0 + 2.5 * j, 14.0, 8.0], 0.0
+            sim.pos[0, 0] = [10.0 - 1.0 - sim.ph.drone_radius - gap, 8.0, 5.0]
+            sim.dist = np.linalg.norm(sim.goal - sim.pos, axis=-1)
+        hover = np.zeros((1, 8, 3))
+        diff = plain.step(hover).rewards[0] - s.step(hover).rewards[0]
+        assert diff[1:] == pytest.approx(0.0, abs=1e-9)      # the others are far from everything
+        penalties.append(diff[0])
+    # Nothing beyond the margin; then 2 * ((1 - gap) / 1)^2, the drone having barely moved.
+    assert penalties[0] == pytest.approx(0.0, abs=1e-9)
+    assert penalties[1] == pytest.approx(2.0 * 0.2 ** 2, rel=0.1)
+    assert penalties[1] < penalties[2] < penalties[3] <= 2.0
+
+
+def test_proximity_arguments_are_checked():
+    with pytest.raises(EnvError, match="proximity_margin"):
+        make_vector(2, seed=0, proximity_margin=0.0)
+
+
 def test_cylinder_spans_the_height():
     sc = Scenario("one_cylinder", 8, spheres=0, cylinders=1, moving=0)
     s = swarm(sc)

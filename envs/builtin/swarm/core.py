@@ -42,12 +42,18 @@ class Physics:
 @dataclass(frozen=True)
 class RewardWeights:
     """Per drone and step: ``progress * (distance to goal before - after)
-    + reach * (reached this step) - collision * (new collisions this step) - time``."""
+    + reach * (reached this step) - collision * (new collisions this step) - time
+    - proximity * sum over obstacles and drones of ((margin - gap) / margin)^2`` for gaps (clearance
+    between surfaces) under ``margin`` metres. The proximity term is shaping: a collision alone is
+    a rare, sparse signal, and a drone pushed along an obstacle's surface pays it only once; the
+    squared gap is what a potential-field pilot steers by."""
 
     progress: float = 1.0
     reach: float = 10.0
     collision: float = 10.0
     time: float = 0.01
+    proximity: float = 0.0
+    margin: float = 1.0
 
 
 @dataclass
@@ -286,10 +292,25 @@ class Swarm:
         self._group_stats = None
         w = self.w
         rewards = (w.progress * progress + w.reach * reached_now - w.collision * new - w.time) * act_before
+        if w.proximity:
+            rewards -= w.proximity * self._closeness(pos, dd, act_before) * act_before
         trunc = (self.t >= self.max_steps) & self.active.any(1)
         ended = trunc | ~self.active.any(1)
         self._observe(np.arange(N))
         return StepArrays(rewards, act_before, reached_now, new, progress, ended, trunc)
+
+    def _closeness(self, pos: np.ndarray, dd: np.ndarray, act: np.ndarray) -> np.ndarray:
+        """``[N, n]``: sum over obstacles and other flying drones of ``((margin - gap) / margin)^2``
+        for surface gaps under ``margin`` (0 at the margin, 1 in contact)."""
+        m = self.w.margin
+        near = np.zeros(pos.shape[:2])
+        if self.M:
+            _, _, clear = self._obstacle_geometry(pos, self.oc, self.orad)
+            near += (np.clip((m - clear) / m, 0.0, 1.0) ** 2).sum(-1)
+        gap = dd - 2 * self.ph.drone_radius
+        pair = act[:, None, :] & act[:, :, None] & ~np.eye(self.n, dtype=bool)
+        near += np.where(pair, np.clip((m - gap) / m, 0.0, 1.0) ** 2, 0.0).sum(-1)
+        return near
 
     # -- views ---------------------------------------------------------------------------------
     def state(self) -> np.ndarray:

@@ -24,7 +24,7 @@ EPISODE_METRICS = ("reach_rate", "collision_rate")
 
 def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None, k_neighbors: int, k_obstacles: int,
                reward_progress: float, reward_reach: float, reward_collision: float, reward_time: float,
-               rng: np.random.Generator) -> Swarm:
+               rng: np.random.Generator, reward_proximity: float = 0.0, proximity_margin: float = 1.0) -> Swarm:
     try:
         sc = get_scenario(scenario)
     except ValueError as exc:
@@ -33,7 +33,11 @@ def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None,
         raise EnvError(f"swarm: k_neighbors ({k_neighbors}) and k_obstacles ({k_obstacles}) must be >= 0")
     if max_steps is not None and max_steps < 1:
         raise EnvError(f"swarm: max_steps must be >= 1 (or None for the scenario's {sc.max_steps}), not {max_steps}")
-    weights = RewardWeights(reward_progress, reward_reach, reward_collision, reward_time)
+    if reward_proximity < 0 or proximity_margin <= 0:
+        raise EnvError(f"swarm: reward_proximity ({reward_proximity}) must be >= 0 and proximity_margin "
+                       f"({proximity_margin}) > 0 (metres of clearance where the proximity penalty starts)")
+    weights = RewardWeights(reward_progress, reward_reach, reward_collision, reward_time, reward_proximity,
+                            proximity_margin)
     return Swarm(sc, num_copies, k_neighbors, k_obstacles, max_steps, Physics(), weights, rng)
 
 
@@ -77,13 +81,14 @@ class SwarmEnv(ParallelEnv):
 
     def __init__(self, scenario: str | Scenario = "8_medium", max_steps: int | None = None, k_neighbors: int = 4,
                  k_obstacles: int = 4, reward_progress: float = 1.0, reward_reach: float = 10.0,
-                 reward_collision: float = 10.0, reward_time: float = 0.01, render_mode: str | None = None):
+                 reward_collision: float = 10.0, reward_time: float = 0.01, reward_proximity: float = 0.0,
+                 proximity_margin: float = 1.0, render_mode: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise EnvError(f"swarm renders only render_mode='rgb_array', not {render_mode!r}")
         self.render_mode = render_mode
         self._rng = np.random.default_rng()
         self.swarm = make_swarm(1, scenario, max_steps, k_neighbors, k_obstacles, reward_progress, reward_reach,
-                                reward_collision, reward_time, self._rng)
+                                reward_collision, reward_time, self._rng, reward_proximity, proximity_margin)
         n = self.swarm.n
         self.possible_agents = [f"drone_{i}" for i in range(n)]
         self._slot = {a: i for i, a in enumerate(self.possible_agents)}
@@ -165,11 +170,12 @@ class SwarmVector(VectorMultiAgentEnv):
     def __init__(self, num_envs: int, seed: int | None = None, scenario: str | Scenario = "8_medium",
                  max_steps: int | None = None, k_neighbors: int = 4, k_obstacles: int = 4,
                  reward_progress: float = 1.0, reward_reach: float = 10.0, reward_collision: float = 10.0,
-                 reward_time: float = 0.01):
+                 reward_time: float = 0.01, reward_proximity: float = 0.0, proximity_margin: float = 1.0):
         self.num_envs = num_envs
         self._rng = np.random.default_rng(seed)
         self.swarm = s = make_swarm(num_envs, scenario, max_steps, k_neighbors, k_obstacles, reward_progress,
-                                    reward_reach, reward_collision, reward_time, self._rng)
+                                    reward_reach, reward_collision, reward_time, self._rng, reward_proximity,
+                                    proximity_margin)
         self.name = "swarm"
         self.agents = [f"drone_{i}" for i in range(s.n)]
         self.obs_dim, self.mask_dim, self.state_dim = s.obs_dim, 0, s.state_dim
