@@ -325,7 +325,9 @@ class Sampler:
         critic = None
         if p.spec.critic_dim is not None:
             st = np.broadcast_to(state[:, None, :], (self.N, p.L, state.shape[-1]))  # type: ignore[index]
-            critic = np.concatenate([st, cmd], axis=-1, dtype=np.float32) if cmd is not None else np.asarray(st, np.float32)
+            # Agent-specific (MAPPO): the state, then the lane's own input; or the state and command.
+            own = x if p.spec.cfg.policy.critic_input == "state_and_obs" else cmd
+            critic = np.concatenate([st, own], axis=-1, dtype=np.float32) if own is not None else np.asarray(st, np.float32)
         return x, critic
 
     def _due(self, p: _Plan, now: VecObs, ep_t: np.ndarray) -> np.ndarray:

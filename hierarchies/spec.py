@@ -185,7 +185,8 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         spec.agent_ids = list(known) if spec.bottom else list(spec.lanes)  # type: ignore[arg-type]
     spec.obs_dim = int(env_dim) + spec.command_in + len(spec.agent_ids)
     if layer.policy.central_critic:
-        spec.critic_dim = _state_dim(spec, probe) + spec.command_in
+        own = spec.obs_dim if layer.policy.critic_input == "state_and_obs" else spec.command_in
+        spec.critic_dim = _state_dim(spec, probe) + own
     spec.encoder = encoder_spec(spec, probe, known)
     if layer.teacher is not None:
         from ..envs.loading import resolve_entry_point

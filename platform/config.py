@@ -124,6 +124,11 @@ class PolicyConfig(_Strict):
         "nothing there and PPO can let the std grow until the actions are bang-bang at the bounds; a maximum "
         "stops that. None: unbounded.")
     central_critic: bool = Field(False, description="MAPPO-style: the critic reads the env's global state().")
+    critic_input: Literal["state_and_obs", "state"] = Field(
+        "state_and_obs", description="With central_critic, what the critic reads. 'state_and_obs': state() "
+        "followed by the lane's own policy input (observation, command, id): MAPPO's agent-specific global "
+        "state (Yu et al. 2022), which lets one shared critic tell its agents apart when each has its own "
+        "reward. 'state': state() and the command only, the same for every agent of a copy.")
     encoder: Literal["mlp", "cnn", "gru", "cnn_gru", "set"] = Field(
         "mlp", description="'mlp': the flat input goes straight to the hidden layers. 'cnn': the first "
         "prod(image_shape) input values are an image, read by a small conv stack (3x3 convs, stride 1, for "

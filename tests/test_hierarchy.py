@@ -207,13 +207,31 @@ def test_parameter_sharing_with_agent_ids_and_central_critic():
                                         "policy": {"central_critic": True}, "ppo": {"minibatch_size": 32}}]))
     probe, _, specs = probe_env(cfg, 0)
     s = specs[0]
-    assert s.obs_dim == 9 + 3 and s.critic_dim == 2 + 3 * 9
+    state_dim = 2 + 3 * 9
+    # MAPPO's agent-specific global state: state(), then the agent's own input (obs and id).
+    assert s.obs_dim == 9 + 3 and s.critic_dim == state_dim + s.obs_dim
     runner, _ = _runner(cfg, ["control"])
     for _ in range(5):
         runner.step()
     batch = runner.harvest()["control"].batch
     assert batch.critic_obs.shape[1] == s.critic_dim
     assert set(np.argmax(batch.obs[:, 9:], 1)) == {0, 1, 2}  # one policy, three agent ids
+    np.testing.assert_array_equal(batch.critic_obs[:, state_dim:], batch.obs)
+    # So the three agents of one step get three different critic inputs.
+    assert len({row.tobytes() for row in batch.critic_obs[:3]}) == 3
+
+
+def test_a_state_only_central_critic_reads_the_same_input_for_every_agent():
+    cfg = validate(tiny_config(env={**CORRIDOR, "kwargs": {"num_agents": 3}},
+                               layers=[{"name": "control", "observation": {"agent_id": True},
+                                        "policy": {"central_critic": True, "critic_input": "state"},
+                                        "ppo": {"minibatch_size": 32}}]))
+    _, _, specs = probe_env(cfg, 0)
+    assert specs[0].critic_dim == 2 + 3 * 9
+    runner, _ = _runner(cfg, ["control"])
+    runner.step()
+    batch = runner.harvest()["control"].batch
+    assert batch.critic_obs.shape[1] == specs[0].critic_dim
 
 
 def test_squads_get_their_own_commands():
