@@ -218,6 +218,11 @@ class PPOConfig(_Strict):
     minibatch_size: int = Field(512, ge=1, description="Samples per SGD step.")
     target_kl: Optional[float] = Field(None, gt=0.0, description="Stop the epochs early when approx KL exceeds this.")
     normalize_advantages: bool = Field(True, description="Standardise advantages over the train batch.")
+    bounds_loss_coeff: float = Field(
+        0.0, ge=0.0, description="Box actions: coeff times the squared distance by which the Gaussian's mean "
+        "lies outside the action bounds (in units of the half-range), as rl_games' bounds loss. The env gets "
+        "clipped actions, so a mean beyond a bound gives the same action whatever its value or the noise: "
+        "exploration and the gradient die there. 0 turns it off; 0.01-0.1 keeps the mean inside.")
 
 
 class ElasticConfig(_Strict):
@@ -537,6 +542,10 @@ class LayerConfig(_Strict):
         if self.teacher is not None and self.dppo.mode != "central":
             raise ValueError("teacher needs dppo.mode 'central': the learner adds the teacher's term to the loss, "
                              "and mode 'dppo' computes the loss on the workers")
+        if self.ppo.bounds_loss_coeff > 0 and self.policy.encoder in ("gru", "cnn_gru"):
+            raise ValueError(f"ppo.bounds_loss_coeff needs a feed-forward policy; policy.encoder "
+                             f"{self.policy.encoder!r} replays sequences, which the bounds loss does not cover yet. "
+                             "Set ppo.bounds_loss_coeff: 0, or policy.log_std_range alone")
         if self.teacher is not None and self.policy.encoder in ("gru", "cnn_gru"):
             raise ValueError(f"teacher is not supported with policy.encoder {self.policy.encoder!r} yet (the "
                              "learner replays recurrent chunks without the teacher's labels); use 'mlp' or 'cnn'")

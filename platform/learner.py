@@ -128,7 +128,7 @@ class Learner:
         p = self.layer.ppo
         return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
-                              chunks=chunks, teacher_coeff=teacher_coeff)
+                              chunks=chunks, teacher_coeff=teacher_coeff, bounds_coeff=p.bounds_loss_coeff)
 
     def _chunks(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """A recurrent layer's batch as chunks of ``policy.seq_len`` consecutive decisions of one

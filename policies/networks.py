@@ -311,6 +311,10 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None) -> torch.Tensor:
         return run_mlp(self.critic, critic_obs if self.central else obs).squeeze(-1)
 
+    def box_mean(self, obs: torch.Tensor) -> torch.Tensor:
+        """A Box policy's Gaussian mean ``[B, dim]``, before the env's clipping."""
+        return run_mlp(self.actor, obs)
+
     def _dists(self, obs: torch.Tensor, masks: torch.Tensor | None = None):
         out = run_mlp(self.actor, obs)
         if self.head.kind == "box":

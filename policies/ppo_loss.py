@@ -67,6 +67,7 @@ class LossTerms:
     approx_kl: torch.Tensor
     clipfrac: torch.Tensor
     teacher: torch.Tensor | None = None  # the teacher's negative log-likelihood, when a teacher is on
+    bounds: torch.Tensor | None = None   # the bounds loss of a Box policy's mean, when it is on
 
 
 # A teacher's action that the mask makes illegal has logit -1e8: its log-likelihood is floored

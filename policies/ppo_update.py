@@ -10,7 +10,8 @@ from .ppo_loss import LossTerms, normalize_advantages, ppo_loss, teacher_nll
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
                    value_clip: float | None, vf_coeff: float, entropy_coeff: float,
-                   normalize: bool = True, chunks: tuple | None = None, teacher_coeff: float = 0.0) -> LossTerms:
+                   normalize: bool = True, chunks: tuple | None = None, teacher_coeff: float = 0.0,
+                   bounds_coeff: float = 0.0) -> LossTerms:
     """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples. A recurrent
     policy takes ``chunks = (index [S, C], valid [S, C])`` (networks.sequence_chunks) into ``mb``:
     each chunk is replayed through the GRU from its first step's stored hidden, and the loss
@@ -34,7 +35,23 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
         t_logp, _ = policy.log_prob_entropy(mb.obs, mb.teacher, mb.masks)
         terms.teacher = teacher_nll(t_logp, weight)
         terms.total = terms.total + teacher_coeff * terms.teacher
+    if bounds_coeff > 0.0 and chunks is None and policy.head.kind == "box":
+        terms.bounds = bounds_loss(policy.box_mean(mb.obs), policy.head.low, policy.head.high)
+        terms.total = terms.total + bounds_coeff * terms.bounds
     return terms
+
+
+def bounds_loss(mean: torch.Tensor, low, high) -> torch.Tensor:
+    """Mean over the batch of the summed squared excess of ``mean [B, dim]`` beyond ``[low, high]``,
+    measured in half-ranges (so one coefficient fits every action scale); 0 inside the bounds.
+    Unbounded dimensions (infinite bounds) cost nothing."""
+    low_t = torch.as_tensor(low, dtype=mean.dtype, device=mean.device)
+    high_t = torch.as_tensor(high, dtype=mean.dtype, device=mean.device)
+    finite = torch.isfinite(low_t) & torch.isfinite(high_t)
+    half = torch.where(finite, (high_t - low_t) / 2, torch.ones_like(high_t)).clamp_min(1e-8)
+    over = torch.relu(mean - high_t) + torch.relu(low_t - mean)
+    over = torch.where(finite, over / half, torch.zeros_like(over))
+    return (over * over).sum(-1).mean()
 
 
 def gradients(policy: ActorCritic, loss: torch.Tensor, params: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
