@@ -901,12 +901,32 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
     data = {} if data is None else data
+    _upgrade_run_config(data)
     for text in overrides or []:
         key, value = parse_override(text)
         if not isinstance(data, dict):
             break
         set_path(data, key, value)
     return validate(data, source=str(path))
+
+
+# Every PolicyConfig field a run dir's config.yaml held before policy.critic_input existed
+# (2026-12-03): a policy section with all of them and no critic_input is such a dump.
+_POLICY_FIELDS_BEFORE_CRITIC_INPUT = {"hidden", "activation", "init_log_std", "central_critic", "encoder", "set_features",
+                                      "gru_hidden", "seq_len", "image_shape", "image_layout", "cnn_channels",
+                                      "cnn_features"}
+
+
+def _upgrade_run_config(data: Any) -> None:
+    """A run trained before ``policy.critic_input`` had a central critic reading state() and
+    the command only, and its checkpoints hold a critic of that width: its saved config gets
+    ``critic_input: state`` so that eval, export and resume load it. Configs people write do
+    not list every policy field, so they get the new default."""
+    layers = data.get("layers") if isinstance(data, dict) else None
+    for layer in layers if isinstance(layers, list) else []:
+        policy = layer.get("policy") if isinstance(layer, dict) else None
+        if isinstance(policy, dict) and "critic_input" not in policy and _POLICY_FIELDS_BEFORE_CRITIC_INPUT <= set(policy):
+            policy["critic_input"] = "state"
 
 
 def dump_config(cfg: Config) -> str:

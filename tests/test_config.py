@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT, tiny_config
 from hdppo.platform.config import Config, json_schema, load_config, validate
@@ -142,3 +143,22 @@ def test_group_dppo_errors_name_the_field():
         validate(_two_layers(groups=[{"layers": ["a", "c"], "dppo": {}}]))
     # The same value stated in the layer too is not a contradiction.
     validate(_two_layers({"num_workers": 3}, groups=[{"layers": ["a", "b"], "dppo": {"num_workers": 3}}]))
+
+
+def test_a_run_config_saved_before_critic_input_keeps_its_state_only_critic(tmp_path):
+    # A run dir's config.yaml lists every policy field; one written before policy.critic_input
+    # existed has none, and its checkpoints hold a critic that reads state() and the command.
+    from hdppo.platform.config import dump_config
+
+    cfg = validate(tiny_config(layers=[{"name": "control", "policy": {"central_critic": True}}]))
+    dumped = yaml.safe_load(dump_config(cfg))
+    assert dumped["layers"][0]["policy"]["critic_input"] == "state_and_obs"
+    del dumped["layers"][0]["policy"]["critic_input"]
+    del dumped["layers"][0]["policy"]["log_std_range"]
+    old = tmp_path / "config.yaml"
+    old.write_text(yaml.safe_dump(dumped))
+    assert load_config(old).layers[0].policy.critic_input == "state"
+    # A config a person writes gets the default.
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(tiny_config(layers=[{"name": "control", "policy": {"central_critic": True}}])))
+    assert load_config(mine).layers[0].policy.critic_input == "state_and_obs"
