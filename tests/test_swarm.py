@@ -262,3 +262,17 @@ def test_vector_env_draws_its_copies():
     vec.reset()
     a, b = vec.render_copy(0), vec.render_copy(1)
     assert a.shape == (420, 480, 3) and a.dtype == np.uint8 and (a != b).any()
+
+
+def test_scripted_pilots():
+    # straight flies into what is in its way; the potential fields, from the exact geometry or
+    # from the drones' observations alone, reach their pads without touching anything.
+    from hdppo.envs.builtin.swarm.scripted import fly
+
+    runs = {pilot: fly(pilot, "8_medium", episodes=10, copies=10, seed=3)
+            for pilot in ("straight", "potential_field", "observed_field")}
+    assert runs["straight"]["reach_share"] > 0.9 and runs["straight"]["collision_rate"] > 0.3
+    for pilot in ("potential_field", "observed_field"):
+        assert runs[pilot]["reach_share"] > 0.9 and runs[pilot]["collision_rate"] < 0.05, (pilot, runs[pilot])
+    with pytest.raises(ValueError, match="observed_field"):
+        fly("nope", "8_medium", episodes=1)

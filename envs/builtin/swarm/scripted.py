@@ -10,7 +10,10 @@ episodes and counts how many drones reached their goal and how many collided.
   3 m), obstacles within 1.5 m of clearance and other drones within 1.2 m repel, quadratically
   in the gap (Khatib 1986's artificial potential field, as a velocity command); the acceleration
   asked for tracks that velocity. It reads the simulator's exact geometry, every obstacle, not
-  only the 4 nearest the observation holds.
+  only the 4 nearest the observation holds;
+- ``observed_field``: the same field computed from each drone's observation alone (4 nearest
+  drones, 4 nearest obstacles, goal offset, velocity): proof that the observation a policy gets
+  is enough to fly the field without collisions.
 """
 from __future__ import annotations
 
@@ -43,7 +46,28 @@ def potential_field(s: Swarm, gain: float = 9.0, obstacle_margin: float = 1.5, d
     return np.clip((v_des - s.vel) * 1.5, -1.0, 1.0)
 
 
-PILOTS: dict[str, Callable[[Swarm], np.ndarray]] = {"straight": straight, "potential_field": potential_field}
+def observed_field(s: Swarm, gain: float = 9.0, obstacle_margin: float = 1.5, drone_margin: float = 1.2) -> np.ndarray:
+    """``potential_field`` computed from each drone's observation alone (its goal offset and
+    velocity, its Kn nearest drones and Ko nearest obstacles; the layout in the package
+    docstring), as a policy sees it: what a learned policy could do with what it is given."""
+    o = s.obs.astype(np.float64)
+    rng_, vmax, kn, ko = s.ph.sense_range, s.ph.speed_max, s.k_nb, s.k_ob
+    goal, dist, vel = o[..., 0:3] * s.scale, o[..., 3:4] * s.scale, o[..., 4:7] * vmax
+    v_des = goal / np.maximum(dist, 1e-9) * np.minimum(dist, vmax)
+    nb = o[..., 11:11 + 8 * kn].reshape(*o.shape[:2], kn, 8)
+    ob = o[..., 11 + 8 * kn:11 + 8 * (kn + ko)].reshape(*o.shape[:2], ko, 8)
+    toward = ob[..., 1:4]                       # direction to the surface times its distance / range
+    u = toward / np.maximum(np.linalg.norm(toward, axis=-1, keepdims=True), 1e-9)
+    w = np.clip((obstacle_margin - ob[..., 4] * rng_) / obstacle_margin, 0.0, None) ** 2 * ob[..., 0]
+    v_des = v_des - gain * (u * w[..., None]).sum(2)
+    offset, d = nb[..., 1:4] * rng_, nb[..., 7] * rng_     # neighbour j relative to this drone
+    wd = np.clip((drone_margin - d) / drone_margin, 0.0, None) ** 2 * nb[..., 0]
+    v_des = v_des - gain * (offset / np.maximum(d, 1e-9)[..., None] * wd[..., None]).sum(2)
+    return np.clip((v_des - vel) * 1.5, -1.0, 1.0)
+
+
+PILOTS: dict[str, Callable[[Swarm], np.ndarray]] = {"straight": straight, "potential_field": potential_field,
+                                                   "observed_field": observed_field}
 
 
 def fly(pilot: str, scenario: str, episodes: int = 100, copies: int = 20, seed: int = 0) -> dict:
