@@ -355,6 +355,8 @@ class Learner:
             out[M.CHART_TEACHER_COEFF] = coefs["teacher_coeff"]
             if any("teacher" in entry for entry in logs):
                 out[M.LOSS_TEACHER] = _mean([e for e in logs if "teacher" in e], "teacher")
+        if any("bounds" in entry for entry in logs):
+            out[M.LOSS_BOUNDS] = _mean([e for e in logs if "bounds" in e], "bounds")
         if any(s.intrinsic_reward_mean for s in stats):
             out[M.CHART_REWARD_INTRINSIC] = float(np.mean([s.intrinsic_reward_mean for s in stats]))
         if any(s.bonus_mean for s in stats):
@@ -467,6 +469,8 @@ def _terms_dict(terms) -> dict[str, float]:
     out = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
     if terms.teacher is not None:
         out["teacher"] = float(terms.teacher.detach())
+    if terms.bounds is not None:
+        out["bounds"] = float(terms.bounds.detach())
     return out
 
 

@@ -1,4 +1,6 @@
 """policy.log_std_range: the learner keeps a Gaussian policy's log-std inside [min, max]."""
+import json
+
 import gymnasium as gym
 import pytest
 import torch
@@ -77,6 +79,12 @@ def test_the_bounds_loss_pulls_a_mean_that_left_the_bounds_back(tmp_path, monkey
         with torch.no_grad():   # normalised observations: about N(0, 1)
             mean[coeff] = float(policy.box_mean(torch.randn(256, 3, generator=torch.Generator().manual_seed(0))).mean())
     assert mean[10.0] < 2.0 < 4.0 < mean[0.0], mean
+    # Logged per update (losses/bounds), falling as the mean comes back; absent when off.
+    def logged(run):
+        rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [r["value"] for r in rows if r["tag"] == "losses/bounds"]
+    on = logged("run10.0")
+    assert on and on[0] > 1.0 and on[-1] < 0.1 * on[0] and logged("run0.0") == []
 
 
 def test_bounds_loss_with_a_recurrent_policy_is_refused():

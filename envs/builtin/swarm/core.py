@@ -23,6 +23,7 @@ import numpy as np
 from .scenarios import MAX_DRONES, MAX_OBSTACLES, Scenario
 
 GRAVITY = 9.81
+OWN_FEATURES = 11   # of a drone's observation before its neighbour and obstacle slots (8 values each)
 SPHERE, CYLINDER = 0, 1
 
 
@@ -92,7 +93,7 @@ class Swarm:
         self.kind = np.array([SPHERE] * sc.spheres + [CYLINDER] * sc.cylinders + [SPHERE] * sc.moving, np.int64)
         self.moving = np.array([False] * (sc.spheres + sc.cylinders) + [True] * sc.moving)
         self.is_cyl = self.kind == CYLINDER
-        self.obs_dim = 11 + 8 * self.k_nb + 8 * self.k_ob
+        self.obs_dim = OWN_FEATURES + 8 * self.k_nb + 8 * self.k_ob
         self.state_dim = MAX_DRONES * 12 + MAX_OBSTACLES * 9 + 1
         N, n, M = self.N, self.n, self.M
         self.pos = np.zeros((N, n, 3))

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .core import Swarm
+from .core import OWN_FEATURES, Swarm
 
 
 def straight(s: Swarm) -> np.ndarray:
@@ -54,8 +54,9 @@ def observed_field(s: Swarm, gain: float = 9.0, obstacle_margin: float = 1.5, dr
     rng_, vmax, kn, ko = s.ph.sense_range, s.ph.speed_max, s.k_nb, s.k_ob
     goal, dist, vel = o[..., 0:3] * s.scale, o[..., 3:4] * s.scale, o[..., 4:7] * vmax
     v_des = goal / np.maximum(dist, 1e-9) * np.minimum(dist, vmax)
-    nb = o[..., 11:11 + 8 * kn].reshape(*o.shape[:2], kn, 8)
-    ob = o[..., 11 + 8 * kn:11 + 8 * (kn + ko)].reshape(*o.shape[:2], ko, 8)
+    f = OWN_FEATURES
+    nb = o[..., f:f + 8 * kn].reshape(*o.shape[:2], kn, 8)
+    ob = o[..., f + 8 * kn:f + 8 * (kn + ko)].reshape(*o.shape[:2], ko, 8)
     toward = ob[..., 1:4]                       # direction to the surface times its distance / range
     u = toward / np.maximum(np.linalg.norm(toward, axis=-1, keepdims=True), 1e-9)
     w = np.clip((obstacle_margin - ob[..., 4] * rng_) / obstacle_margin, 0.0, None) ** 2 * ob[..., 0]
