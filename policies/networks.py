@@ -324,12 +324,14 @@ class ActorCritic(nn.Module):
             out = torch.where(masks > 0, out, torch.full_like(out, -1e8))
         return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
 
-    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor,
-                         masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability and entropy ``[B]`` of ``actions [B, dim]``; ``masks [B, logits]`` or None."""
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None = None,
+                         with_mean: bool = False) -> tuple[torch.Tensor, ...]:
+        """Log-probability and entropy ``[B]`` of ``actions [B, dim]``; ``masks [B, logits]`` or None.
+        ``with_mean`` (Box only): also the Gaussian's mean ``[B, dim]`` from the same forward pass."""
         d = self._dists(obs, masks)
         if self.head.kind == "box":
-            return d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+            out = d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+            return (*out, d.loc) if with_mean else out
         logp = sum(di.log_prob(actions[:, i].long()) for i, di in enumerate(d))
         ent = sum(di.entropy() for di in d)
         return logp, ent  # type: ignore[return-value]

@@ -24,7 +24,9 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
         logp, entropy, values = logp_s[valid], ent_s[valid], v_s[valid]
         mb = mb.take(index[valid])
     else:
-        logp, entropy = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks)
+        # The bounds loss reads the Box mean of the same forward pass (no second actor pass).
+        bounded = bounds_coeff > 0.0 and policy.head.kind == "box"
+        logp, entropy, *mean = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks, with_mean=bounded)
         values = policy.value(mb.obs, mb.critic_obs)
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
     # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
@@ -35,8 +37,8 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
         t_logp, _ = policy.log_prob_entropy(mb.obs, mb.teacher, mb.masks)
         terms.teacher = teacher_nll(t_logp, weight)
         terms.total = terms.total + teacher_coeff * terms.teacher
-    if bounds_coeff > 0.0 and chunks is None and policy.head.kind == "box":
-        terms.bounds = bounds_loss(policy.box_mean(mb.obs), policy.head.low, policy.head.high)
+    if chunks is None and bounded:
+        terms.bounds = bounds_loss(mean[0], policy.head.low, policy.head.high)
         terms.total = terms.total + bounds_coeff * terms.bounds
     return terms
 
