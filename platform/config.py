@@ -569,6 +569,23 @@ class TrainConfig(_Strict):
                              "current weights into the top layer's TensorBoard run (tag videos/episode, Images tab; "
                              "the env must render rgb_array); 0 turns it off.")
     video_max_steps: int = Field(200, ge=1, description="Env steps at most in each train.video_every clip.")
+    eval_every: int = Field(0, ge=0, description="Every N updates, run train.eval_episodes deterministic episodes "
+                            "(the same env seeds each time, away from the training seeds) and keep the weights "
+                            "that scored best as checkpoints/best.pt, their score in checkpoints/best.json "
+                            "(hdppo eval/export --checkpoint best); logged as eval/*. 0 turns it off. Picking the "
+                            "best of many noisy checkpoints flatters their score: report it on other episodes.")
+    best_by: str = Field("return", min_length=1, description="What train.eval_every ranks by: 'return' (the env "
+                         "return summed over agents) or an episode metric the env reports (env.episode_metrics, "
+                         "e.g. win or makespan_over_lb).")
+    best_mode: Literal["max", "min"] = Field("max", description="Whether a higher (max) or lower (min) "
+                                             "train.best_by is better.")
+
+    @model_validator(mode="after")
+    def _eval_every_needs_episodes(self) -> "TrainConfig":
+        if self.eval_every and not self.eval_episodes:
+            raise ValueError("train.eval_every needs train.eval_episodes > 0 (the episodes each evaluation runs); "
+                             "set eval_episodes, or eval_every: 0")
+        return self
 
 
 class DiagnosticsConfig(_Strict):

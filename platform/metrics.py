@@ -23,6 +23,8 @@ CHART_EXPLORATION_BONUS = "charts/exploration_bonus"
 HIST_COMMANDS = "charts/commands"
 EVAL_RETURN_MEAN = "eval/return_mean"
 EVAL_RETURN_STD = "eval/return_std"
+EVAL_EPISODE_INFO = "eval/episode"   # + "/<info key>": train.eval_every, env.episode_metrics' mean per episode
+EVAL_BEST = "eval/best"              # train.eval_every: the best train.best_by so far (checkpoints/best.pt's)
 LOSS_POLICY = "losses/policy"
 LOSS_VALUE = "losses/value"
 LOSS_ENTROPY = "losses/entropy"
@@ -54,7 +56,7 @@ IMG_STATE_COVERAGE = "diag/state_coverage"         # image: 2-D PCA of sampled s
 EPISODE_INFO = "episode"                           # + "/<info key>": env.episode_metrics, mean per episode
 VIDEO_EPISODE = "videos/episode"                   # animated GIF (train.video_every), top layer's run
 # Tags logged with a suffix: "/<i>" (a command, a worker) or "/max" (the worst worker).
-SUFFIXED_TAGS = (HIST_COMMANDS, EPISODE_INFO, PERF_WORKER_SAMPLES, DIAG_OBS_DIVERGENCE, DIAG_ACTION_DIVERGENCE)
+SUFFIXED_TAGS = (HIST_COMMANDS, EPISODE_INFO, EVAL_EPISODE_INFO, PERF_WORKER_SAMPLES, DIAG_OBS_DIVERGENCE, DIAG_ACTION_DIVERGENCE)
 NOT_SCALARS = (HIST_COMMANDS, IMG_STATE_COVERAGE, VIDEO_EPISODE)
 
 REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_VALUE, LOSS_ENTROPY,

@@ -22,12 +22,12 @@ import torch
 from . import metrics as M
 from .backend import make_backend
 from .budget import groups_to_update, levels
-from .checkpoint import (latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
-                                       save_checkpoint)
+from .checkpoint import (best_info, latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
+                         save_best, save_checkpoint)
 from .config import Config, dump_config, load_config, validate
 from .elastic import take_scale_request
 from .errors import CheckpointError, ConfigError
-from .evaluation import evaluate
+from .evaluation import evaluate, evaluate_with_metrics
 from .group import DPPOGroup
 from .interrupts import Interrupted, SignalHandlers, StopRequest, signal_name
 from .learner import Learner
@@ -102,6 +102,7 @@ class Trainer:
         # Per group: env steps offset (hdppo.platform.budget.levels) and its last update's steps.
         self._offsets: dict[str, float] = {}
         self._increments: dict[str, float] = {}
+        self._best: float | None = None  # train.eval_every: the best score so far (checkpoints/best.json)
 
     # -- setup ---------------------------------------------------------------------------------
     def _seed(self) -> None:
@@ -116,6 +117,14 @@ class Trainer:
 
         probe, _, specs = probe_env(self.cfg, self.cfg.train.seed)
         probe.close()
+        t = self.cfg.train
+        if t.eval_every and t.best_by != "return":
+            keys = self.cfg.env.episode_metrics if self.cfg.env.episode_metrics is not None else \
+                tuple(getattr(probe, "episode_metrics", ()))
+            if t.best_by not in keys:
+                raise ConfigError(f"train.best_by: {t.best_by!r} is neither 'return' nor an episode metric of this "
+                                  f"env (it reports: {', '.join(keys) or 'none'}). Use 'return', one of those, or "
+                                  "list the info key the env sets at an episode's end in env.episode_metrics.")
         return {s.name: {"obs_dim": s.obs_dim, "action_space": s.action_space, "critic_dim": s.critic_dim,
                          "encoder": s.encoder} for s in specs}
 
@@ -157,6 +166,9 @@ class Trainer:
             for name, learner in self.fixed.items():
                 learner.set_state(state["fixed"][name])
             self._restore_rng(state["driver_rng"])
+            info = best_info(self.run_dir)  # a best.pt ranked another way is replaced at the first evaluation
+            if info and (info.get("best_by"), info.get("best_mode")) == (self.cfg.train.best_by, self.cfg.train.best_mode):
+                self._best = float(info["score"])
             # Checkpoints before hdppo.platform.budget have none: the groups are levelled anew.
             self._offsets = dict(state.get("budget", {}).get("offsets", {}))
             self._increments = dict(state.get("budget", {}).get("increments", {}))
@@ -210,6 +222,27 @@ class Trainer:
         that was logged (its actors may never answer a call issued later)."""
         if self.backend.name == "ray":
             self._snapshot = {g.name: g.state_calls() for g in self.groups}
+
+    def periodic_eval(self, update: int, step: int) -> float:
+        """``train.eval_every``: deterministic episodes on the same env seeds each time with the
+        current weights, logged as ``eval/*`` on every layer; the best so far (by
+        ``train.best_by``) is kept as ``checkpoints/best.pt``. Returns this evaluation's score."""
+        t = self.cfg.train
+        state = self.state()
+        returns, episode = evaluate_with_metrics(self.cfg, learner_states(state), t.eval_episodes)
+        score = float(np.mean(returns)) if t.best_by == "return" else episode.get(t.best_by)
+        if score is None:
+            raise ConfigError(f"train.best_by: no evaluation episode reported {t.best_by!r} in its last infos "
+                              f"(reported: {', '.join(episode) or 'none'}). Rank by 'return' or by one of those.")
+        if self._best is None or (score > self._best if t.best_mode == "max" else score < self._best):
+            self._best = score
+            save_best(self.run_dir, state, {"best_by": t.best_by, "best_mode": t.best_mode, "score": score,
+                                            "update": update, "env_steps": step, "episodes": len(returns)})
+        values = {M.EVAL_RETURN_MEAN: float(np.mean(returns)), M.EVAL_RETURN_STD: float(np.std(returns)),
+                  **{f"{M.EVAL_EPISODE_INFO}/{k}": v for k, v in episode.items()}, M.EVAL_BEST: self._best}
+        for layer in self.cfg.layers:
+            self.metrics.scalars(layer.name, step, values)
+        return score
 
     def video(self, step: int) -> None:
         """``train.video_every``: one deterministic episode with the current weights, as a clip in
@@ -355,6 +388,8 @@ class Trainer:
                 if updates % self.cfg.train.checkpoint_every == 0:
                     self.checkpoint(updates)
                     saved_at = updates
+                if self.cfg.train.eval_every and updates % self.cfg.train.eval_every == 0:
+                    self.periodic_eval(updates, steps)
                 if self.cfg.train.video_every and updates % self.cfg.train.video_every == 0:
                     self.video(steps)
                 if not self.quiet:
