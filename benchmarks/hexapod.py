@@ -25,7 +25,7 @@ recovered within 3 gait cycles; >= 80% of goals reached on rough terrain.
 Usage (from the folder the runs were trained in, so a frozen layer's checkpoint path resolves):
     python benchmarks/hexapod.py --walk runs/hexapod_walk [--terrain runs/hexapod_terrain]
         [--flat runs/hexapod_terrain_flat] [--episodes 100] [--difficulty 0.5]
-        [--terrains flat,gravel,slopes,steps] [--copies 4] [--quick]
+        [--terrains flat,gravel,slopes,steps] [--copies 4] [--scripted] [--quick]
 
 Writes benchmarks/results/hexapod.{json,md}.
 """
@@ -163,6 +163,38 @@ def evaluate(run_dir: Path, kwargs: dict, episodes: int, seed: int, copies: int)
     return out
 
 
+def scripted_command(env) -> np.ndarray:
+    """What the scripted controllers ask of the gait: the env's own command (velocity task), or
+    pure pursuit of the goal (goal task): turn toward it at up to 0.8 rad/s, walk at up to 0.4 m/s,
+    slower while it lies off to the side."""
+    if env.task == "velocity":
+        return env.command
+    dx, dy = env.state()[:2]
+    bearing = float(np.arctan2(dy, dx))
+    return np.array([0.4 * max(0.0, np.cos(bearing)), 0.0, float(np.clip(2.0 * bearing, -0.8, 0.8))])
+
+
+def evaluate_scripted(kwargs: dict, episodes: int, seed: int) -> list[dict]:
+    """``episodes`` episodes of the open-loop tripod gait (``action_mode='gait'``, parameters from
+    :func:`scripted_command` by the env's measured gains, no residuals, no learning): what the
+    gait generator alone does, the reference for what the trained layers add."""
+    from hdppo.envs.builtin.hexapod import make
+    from hdppo.envs.builtin.hexapod.env import gait_action
+
+    env = make(**{"action_mode": "gait", **kwargs})
+    out = []
+    for i in range(episodes):
+        env.reset(seed=seed + i)
+        infos, done = [], False
+        while not done:
+            _, _, terminated, truncated, info = env.step(gait_action(scripted_command(env), env.gait_hz))
+            infos.append(info)
+            done = terminated or truncated
+        out.append(episode_metrics(infos, env.dt))
+    env.close()
+    return out
+
+
 def summarize(eps: list[dict]) -> dict:
     n = len(eps)
     falls = sum(e["fell"] for e in eps)
@@ -218,7 +250,7 @@ def verdicts(results: dict) -> list[str]:
         p = rough["push_recovered_3_cycles"]
         out.append(f"- {name}: pushes recovered within 3 gait cycles on gravel {_f(p, True)} (target >= 90%): "
                    f"{'n/a' if p is None else ('met' if p >= TARGETS['push_recovered_3_cycles'] else 'NOT met')}")
-        if name != "walk":
+        if name not in ("walk", "scripted gait (velocity)"):
             g = rough["goals"]
             out.append(f"- {name}: goals reached on gravel {_f(g, True)} (target >= 80%): "
                        f"{'met' if g >= TARGETS['goals_rough'] else 'NOT met'}")
@@ -230,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--walk", type=Path, help="a walk-skill run (configs/hexapod_walk.yaml)")
     ap.add_argument("--terrain", type=Path, help="a route hierarchy run (configs/hexapod_terrain.yaml)")
     ap.add_argument("--flat", type=Path, help="a flat baseline run (configs/hexapod_terrain_flat.yaml)")
+    ap.add_argument("--scripted", action="store_true", help="also the open-loop tripod gait, untrained: following "
+                    "the env's commands (beside --walk) and pure pursuit of the goal (beside --terrain/--flat)")
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--difficulty", type=float, default=0.5)
     ap.add_argument("--terrains", default="flat,gravel,slopes,steps")
@@ -238,21 +272,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 episodes of 100 steps per terrain (a smoke run)")
     ap.add_argument("--out", default="hexapod")
     args = ap.parse_args(argv)
-    if not (args.walk or args.terrain or args.flat):
-        ap.error("give at least one of --walk, --terrain, --flat")
+    if not (args.walk or args.terrain or args.flat or args.scripted):
+        ap.error("give at least one of --walk, --terrain, --flat, --scripted")
     episodes = 2 if args.quick else args.episodes
     base = {"difficulty": args.difficulty, "curriculum": False}
     if args.quick:
         base["max_steps"] = 100
     runs = [(n, p) for n, p in (("walk", args.walk), ("route hierarchy", args.terrain), ("flat PPO", args.flat)) if p]
+    scripted = [("scripted gait (velocity)", {"task": "velocity", "command_in_obs": True}),
+                ("scripted gait (pursuit)", {"task": "goal", "command_in_obs": False})] if args.scripted else []
     report = {"machine": machine_info(), "command": command_line(argv), "settings": {**vars(args), "quick": args.quick},
               "recovery_bounds": RECOVERY, "reference_gait_s": REFERENCE_GAIT_S, "targets": TARGETS, "results": {},
               "runs": {n: str(p) for n, p in runs}}
-    for name, run_dir in runs:
+    report["scripted"] = [n for n, _ in scripted]
+    walk_kwargs = {"push_velocity": 1.0, "push_interval_s": 5.0, "max_steps": base.get("max_steps", 500)}
+    for name, run_dir in runs + scripted:
         report["results"][name] = {}
         for terrain in args.terrains.split(","):
             t = time.time()
-            eps = evaluate(run_dir, {**base, "terrain": terrain}, episodes, args.seed, args.copies)
+            if isinstance(run_dir, dict):
+                eps = evaluate_scripted({**walk_kwargs, **run_dir, **base, "terrain": terrain}, episodes, args.seed)
+            else:
+                eps = evaluate(run_dir, {**base, "terrain": terrain}, episodes, args.seed, args.copies)
             s = summarize(eps)
             report["results"][name][terrain] = s
             print(f"[hexapod] {name} on {terrain}: falls {_f(s['falls'], True)}, goals {_f(s['goals'], True)}, "
@@ -265,9 +306,13 @@ def main(argv: list[str] | None = None) -> int:
              f"{'100' if args.quick else '500'} steps (20 s) per terrain at difficulty {args.difficulty}, pushes of 1.0 m/s "
              "every 5 s. Push recovery bounds: height within 3 cm, tilt within 0.1 rad, planar velocity within 0.25 m/s "
              "of the second before the push, held 0.2 s; gait cycle = the episode's median stride period "
-             f"(or {REFERENCE_GAIT_S} s where the robot took fewer than 3 strides).", ""]
+             f"(or {REFERENCE_GAIT_S} s where the robot took fewer than 3 strides).",
+             "" if not scripted else "Scripted rows: the env's tripod gait generator alone (`action_mode: gait`), its "
+             "amplitudes from the command by the measured gains, no residuals and nothing learned; pursuit turns toward "
+             "the goal at up to 0.8 rad/s and walks at up to 0.4 m/s. They are references for what training adds, not "
+             "targets' subjects.", ""]
     for name, res in report["results"].items():
-        lines += table(name, res, goal=name != "walk")
+        lines += table(name, res, goal=name not in ("walk", "scripted gait (velocity)"))
     lines += ["Targets (issue 13), on rough terrain (gravel):", ""] + verdicts(report["results"])
     write_report(args.out, report, join_md(lines) + "\n", "hexapod")
     return 0

@@ -11,7 +11,7 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 from hdppo.envs.builtin.hexapod import KINDS, LEG_NAMES, HexapodParams, build_mjcf, make
-from hdppo.envs.builtin.hexapod.env import BODY_DIM, CONTACTS, COMMAND, STATE_DIM
+from hdppo.envs.builtin.hexapod.env import BODY_DIM, CONTACTS, COMMAND, PHASE, STATE_DIM, gait_action
 from hdppo.envs.builtin.hexapod.terrain import generate
 from hdppo.envs.errors import EnvError
 
@@ -118,6 +118,52 @@ def test_check_env_and_spaces():
     assert np.allclose(obs[COMMAND], env.command) and env.state().shape == (STATE_DIM,)
 
 
+def _walk_open_loop(command, terrain="flat", seconds=8.0, seed=0):
+    """Mean (vx, vy, yaw rate) after the first second of walking the scripted gait at ``command``, and falls."""
+    env = make(terrain=terrain, action_mode="gait", difficulty=0.5, push_interval_s=0, max_steps=10**6)
+    env.reset(seed=seed)
+    got, fell = [], False
+    for _ in range(int(seconds / env.dt)):
+        _, _, terminated, _, info = env.step(gait_action(command))
+        got.append([*info["body_velocity"], info["yaw_rate"]])
+        fell = fell or info["fell"]
+    return np.mean(got[25:], 0), fell
+
+
+@pytest.mark.parametrize("terrain", ["flat", "gravel"])
+def test_gait_mode_walks_where_it_is_commanded_open_loop(terrain):
+    """The tripod gait generator alone, its parameters from the command by the measured gains,
+    follows forward, sideways and turning commands on flat ground and gravel without falling; a
+    still command stands still."""
+    for command in ([0.3, 0.0, 0.0], [-0.25, 0.0, 0.0], [0.0, 0.2, 0.0], [0.0, 0.0, 0.6], [0.2, 0.0, -0.4]):
+        v, fell = _walk_open_loop(command, terrain)
+        assert not fell
+        assert v[:2] == pytest.approx(command[:2], abs=0.07), (terrain, command, v)
+        assert v[2] == pytest.approx(command[2], abs=0.15), (terrain, command, v)
+    v, _ = _walk_open_loop([0.0, 0.0, 0.0], terrain)
+    assert np.abs(v).max() < 0.03
+
+
+def test_gait_mode_spaces_phase_and_residuals():
+    env = make(action_mode="gait")
+    check_env(env, skip_render_check=True)
+    assert env.action_space.shape == (21,) and env.observation_space.shape == (BODY_DIM + 2 + 3,)
+    obs, _ = env.reset(seed=1)
+    assert obs[PHASE] == pytest.approx([0.0, 1.0]) and np.allclose(obs[BODY_DIM + 2:], env.command)
+    obs, *_ = env.step(np.zeros(21, np.float32))
+    assert np.hypot(*obs[PHASE]) == pytest.approx(1.0) and obs[PHASE][0] > 0  # the phase moved on
+    assert np.all(np.abs(env.command) <= env.command_high + 1e-6) and env.command_high[0] > 0.25
+    # residuals move the joint targets around the gait's, by a quarter of the joint mode's scale
+    a = np.zeros(21, np.float32)
+    env.reset(seed=1)
+    env.step(a)
+    base = env.data.ctrl.copy()
+    env.reset(seed=1)
+    a[3] = 1.0
+    env.step(a)
+    assert env.data.ctrl[0] - base[0] == pytest.approx(0.25 * 0.5)
+
+
 def test_bad_arguments_name_the_field_and_choices():
     with pytest.raises(EnvError, match=r"terrain='lava' is not one of 'flat', 'gravel', 'slopes', 'steps', 'mixed'"):
         make(terrain="lava")
@@ -127,6 +173,10 @@ def test_bad_arguments_name_the_field_and_choices():
         make(difficulty=1.5)
     with pytest.raises(EnvError, match="command_in_obs"):
         make(task="goal")
+    with pytest.raises(EnvError, match=r"action_mode='torque' is not one of 'joints', 'gait'"):
+        make(action_mode="torque")
+    with pytest.raises(EnvError, match=r"gait_hz=9 must lie in \(0, 5\]"):
+        make(action_mode="gait", gait_hz=9)
 
 
 def test_curriculum_moves_difficulty():
@@ -170,7 +220,7 @@ def test_configs_load_and_the_walk_skill_fits_the_control_layer():
 
     _, _, specs = probe_env(validate(data), 0, 1)
     _, _, walk_specs = probe_env(walk, 0, 1)
-    assert specs[2].obs_dim == walk_specs[0].obs_dim == BODY_DIM + 3
+    assert specs[2].obs_dim == walk_specs[0].obs_dim == BODY_DIM + 2 + 3  # the body, the gait phase, the command
     assert specs[0].every == 50 and specs[1].every == 10
 
 
@@ -235,7 +285,7 @@ def test_exported_control_layer_replays_in_mujoco(walk_run, fmt, tmp_path):
     out = tmp_path / ("control.pt" if fmt == "torchscript" else "control.onnx")
     assert main(["export", str(walk_run), "--layer", "control", "--format", fmt, "--out", str(out)]) == 0
     layout = json.loads(out.with_name(out.name + ".json").read_text())
-    assert layout["inputs"][0]["shape"][1] == BODY_DIM + 3
+    assert layout["inputs"][0]["shape"][1] == BODY_DIM + 2 + 3
     if fmt == "torchscript":
         scripted = torch.jit.load(str(out))
 

@@ -15,9 +15,28 @@ from .terrain import KINDS, HeightMap, generate
 
 TASKS = ("velocity", "goal")
 PUSH_MODES = ("kick", "force")
+ACTION_MODES = ("joints", "gait")
 COMMAND_LOW = np.array([-0.25, -0.15, -0.5], np.float32)   # vx, vy (m/s, heading frame), yaw rate (rad/s)
 COMMAND_HIGH = -COMMAND_LOW
+# action_mode="gait" walks up to about 0.45 m/s forward, 0.35 sideways, 0.9 rad/s: commands span more.
+GAIT_COMMAND_LOW = np.array([-0.4, -0.25, -0.8], np.float32)
+GAIT_COMMAND_HIGH = -GAIT_COMMAND_LOW
 ACTION_SCALE = np.tile([0.5, 0.6, 0.6], 6)                 # rad of joint target per unit of action
+
+# action_mode="gait": a tripod gait generator under the policy (PMTG: Iscen et al., "Policies
+# Modulating Trajectory Generators", CoRL 2018). Legs FL, RL, MR step together, then ML, FR, RR.
+# Per leg with phase p (its tripod's phase, the other tripod half a cycle later), c = cos(p):
+# coxa += side * fwd * c - turn * c (the foot sweeps back on the ground, forward in the air),
+# femur += lift * max(0, sin p) (lifted in the air), tibia += -lift/2 * max(0, sin p) + side * lat * c
+# (the leg stretches out and in: crab steps). The policy sets (fwd, lat, turn) every step and adds
+# residual joint targets; the phase runs at gait_hz. Measured open loop at 2 Hz on flat ground:
+# vx = 1.07 fwd, vy = -1.03 lat, yaw rate = 3.6 turn, each nearly linear and independent
+# (tests/test_hexapod.py), so the residuals only have to balance, not to invent a gait.
+GAIT_TRIPOD = np.array([0, 1, 0, 1, 0, 1])                 # LEG_NAMES order: FL ML RL FR MR RR
+GAIT_SIDE = np.array([1.0, 1.0, 1.0, -1.0, -1.0, -1.0])    # +1 left, -1 right
+GAIT_PARAM_SCALE = np.array([0.45, 0.35, 0.25])            # rad of (fwd, lat, turn) per unit of action
+GAIT_RESIDUAL = 0.25                                        # residual joint targets: this share of ACTION_SCALE
+GAIT_GAIN = np.array([1.07, -1.03, 3.6])                    # (vx, vy, yaw rate) per rad of (fwd, lat, turn), at 2 Hz
 SCAN_X = np.array([-0.4, -0.2, 0.0, 0.2, 0.4])             # local height scan, heading frame (m)
 SCAN_Y = np.array([-0.3, -0.15, 0.0, 0.15, 0.3])
 MAP_X = np.linspace(-1.0, 1.5, 5)                          # coarser, wider map for state()
@@ -30,6 +49,7 @@ GRAVITY, LIN_VEL, ANG_VEL = slice(0, 3), slice(3, 6), slice(6, 9)
 JOINT_POS, JOINT_VEL, LAST_ACTION = slice(9, 27), slice(27, 45), slice(45, 63)
 CONTACTS, SCAN, COMMAND = slice(63, 69), slice(69, 94), slice(94, 97)
 BODY_DIM = 94
+PHASE = slice(94, 96)  # action_mode="gait": sin and cos of the gait phase follow the body (the command after them)
 STATE_DIM = 9 + MAP_X.size * MAP_Y.size
 
 
@@ -49,6 +69,25 @@ def tracking(command: np.ndarray, velocity: np.ndarray, yaw_rate: float) -> floa
     return float(lin + 0.5 * ang)
 
 
+def gait_targets(phase: float, fwd: float, lat: float, turn: float, lift: float, stance: np.ndarray) -> np.ndarray:
+    """The tripod gait generator's 18 joint targets (see GAIT_TRIPOD) at ``phase``."""
+    ph = phase + np.pi * GAIT_TRIPOD
+    c, up = np.cos(ph), np.maximum(0.0, np.sin(ph))
+    q = stance.reshape(6, 3).copy()
+    q[:, 0] += (GAIT_SIDE * fwd - turn) * c
+    q[:, 1] += lift * up
+    q[:, 2] += -0.5 * lift * up + GAIT_SIDE * lat * c
+    return q.ravel()
+
+
+def gait_action(command: np.ndarray, gait_hz: float = 2.0) -> np.ndarray:
+    """The ``action_mode="gait"`` action that walks at ``command`` (vx, vy, yaw rate) open loop:
+    the measured gains inverted, scaled by the cycle rate, no residuals. A scripted controller
+    (benchmarks/hexapod.py's baseline) and what a trained control layer has to improve on."""
+    params = np.asarray(command, np.float64)[:3] / GAIT_GAIN * (2.0 / gait_hz)
+    return np.concatenate([np.clip(params / GAIT_PARAM_SCALE, -1.0, 1.0), np.zeros(18)]).astype(np.float32)
+
+
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise EnvError(f"hexapod: {field}={value!r} is not one of {', '.join(repr(c) for c in choices)}. "
@@ -64,10 +103,18 @@ class HexapodEnv(gym.Env):
                  push_velocity: float = 1.0, push_interval_s: float = 5.0, push_mode: str = "kick",
                  max_steps: int = 500, frame_skip: int = 4, command_resample_s: float = 5.0,
                  goal_distance: tuple[float, float] = (2.0, 4.0), goal_radius: float = 0.4,
+                 action_mode: str = "joints", gait_hz: float = 2.0, gait_lift: float = 0.4,
                  render_mode: str | None = None, params: HexapodParams | None = None):
         self.terrain_kind = _choice("terrain", terrain, KINDS)
         self.task = _choice("task", task, TASKS)
         self.push_mode = _choice("push_mode", push_mode, PUSH_MODES)
+        self.action_mode = _choice("action_mode", action_mode, ACTION_MODES)
+        if not (0.0 < float(gait_hz) <= 5.0 and 0.0 <= float(gait_lift) <= 1.0):
+            raise EnvError(f"hexapod: gait_hz={gait_hz!r} must lie in (0, 5] and gait_lift={gait_lift!r} in [0, 1] "
+                           "(rad of femur lift); the defaults 2.0 and 0.4 walk on every terrain kind.")
+        self.gait_hz, self.gait_lift = float(gait_hz), float(gait_lift)
+        gait = self.action_mode == "gait"
+        self.command_low, self.command_high = (GAIT_COMMAND_LOW, GAIT_COMMAND_HIGH) if gait else (COMMAND_LOW, COMMAND_HIGH)
         if render_mode not in (None, "rgb_array"):
             raise EnvError(f"hexapod: render_mode={render_mode!r} is not supported; use None or 'rgb_array'.")
         if not 0.0 <= float(difficulty) <= 1.0:
@@ -103,10 +150,12 @@ class HexapodEnv(gym.Env):
         self.stand_height = self.params.stand_height
         self._half = self.params.terrain_half
 
-        dim = BODY_DIM + (3 if command_in_obs else 0) + (STATE_DIM if goal_in_obs else 0)
+        self.body_dim = BODY_DIM + (2 if gait else 0)
+        dim = self.body_dim + (3 if command_in_obs else 0) + (STATE_DIM if goal_in_obs else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (18,), np.float32)
-        self.command_space = gym.spaces.Box(COMMAND_LOW, COMMAND_HIGH)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (21 if gait else 18,), np.float32)
+        self.command_space = gym.spaces.Box(self.command_low, self.command_high)
+        self.phase = 0.0
         self.heights = HeightMap(np.zeros((self.params.terrain_cells,) * 2), self._half)
         self.terrain = "flat"
         self.command = np.zeros(3, np.float32)
@@ -182,6 +231,7 @@ class HexapodEnv(gym.Env):
         self.model.site_pos[self._goal_site] = [self.goal[0], self.goal[1],
                                                 float(self.heights(self.goal[0], self.goal[1])) + 0.05]
         self.t, self.last_action = 0, np.zeros(18)
+        self.phase = 0.0
         self._resample_command()
         self._next_push = (rng.uniform(0.5, 1.0) * self.push_interval_s) if self.push_interval_s > 0 else np.inf
         self._push_left, self._pushed = 0, False
@@ -195,15 +245,28 @@ class HexapodEnv(gym.Env):
             self.command = np.zeros(3, np.float32)
             return
         rng = self.np_random
-        self.command = rng.uniform(COMMAND_LOW, COMMAND_HIGH).astype(np.float32)
+        self.command = rng.uniform(self.command_low, self.command_high).astype(np.float32)
         if rng.random() < 0.1:
             self.command[:] = 0.0   # standing still is a command too
         self._next_command = self.t * self.dt + self.command_resample_s
 
+    def _joint_targets(self, action: np.ndarray) -> np.ndarray:
+        """Joint targets from an action in [-1, 1]: stance plus scaled offsets, or (gait) the gait
+        generator's targets at the next phase plus scaled residuals."""
+        if self.action_mode == "joints":
+            return self._stance + ACTION_SCALE * action
+        self.phase = (self.phase + 2.0 * np.pi * self.gait_hz * self.dt) % (2.0 * np.pi)
+        fwd, lat, turn = GAIT_PARAM_SCALE * action[:3]
+        base = gait_targets(self.phase, fwd, lat, turn, self.gait_lift, self._stance)
+        return base + GAIT_RESIDUAL * ACTION_SCALE * action[3:]
+
     def step(self, action):
         a = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
         d = self.data
-        d.ctrl[:] = np.clip(self._stance + ACTION_SCALE * a, self._ranges[:, 0], self._ranges[:, 1])
+        target = np.clip(self._joint_targets(a), self._ranges[:, 0], self._ranges[:, 1])
+        d.ctrl[:] = target
+        if self.action_mode == "gait":  # what the joints were asked, in the joint mode's units: obs and costs
+            a = (target - self._stance) / ACTION_SCALE
         if self.t * self.dt >= self._next_push:
             self.push()
             self._next_push += self.push_interval_s
@@ -331,6 +394,8 @@ class HexapodEnv(gym.Env):
         rot = self._rot()
         parts = [self._gravity(), rot.T @ d.qvel[:3], d.qvel[3:6], d.qpos[7:] - self._stance, 0.1 * d.qvel[6:],
                  self.last_action, self._contacts, self._scan(SCAN_POINTS)]
+        if self.action_mode == "gait":
+            parts.append([math.sin(self.phase), math.cos(self.phase)])
         if self.command_in_obs:
             parts.append(self.command)
         if self.goal_in_obs:
@@ -347,7 +412,7 @@ class HexapodEnv(gym.Env):
                 "body_height": self.height_over_terrain(), "tilt": float(np.arccos(np.clip(-g[2], -1, 1))),
                 "contacts": self._contacts.copy(), "position": self.data.qpos[:2].copy(),
                 "goal_distance": float(np.linalg.norm(self.goal - self.data.qpos[:2])) if dist is None else dist,
-                "terrain": self.terrain, "difficulty": self.difficulty}
+                "terrain": self.terrain, "difficulty": self.difficulty, "max_speed": float(self.command_high[0])}
 
     # -- rendering -------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from ...rewards import register_reward
 from .env import ANG_VEL, CONTACTS, COMMAND_HIGH, FALL_PENALTY, GRAVITY, LIN_VEL, SCAN, tracking
 
 WAYPOINT_HORIZON_S = 2.0   # a waypoint is to be reached in about this long (the route layer's period)
-MAX_SPEED = float(np.hypot(COMMAND_HIGH[0], 0.0))
+MAX_SPEED = float(COMMAND_HIGH[0])  # the joint mode's fastest command; an env reports its own as info["max_speed"]
 
 
 def _one(info: dict) -> dict:
@@ -34,24 +34,24 @@ def velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
     return r - (FALL_PENALTY if i["fell"] else 0.0)
 
 
-def waypoint_velocity(waypoint: np.ndarray) -> np.ndarray:
-    """The planar velocity that reaches ``waypoint`` (heading frame) in WAYPOINT_HORIZON_S, capped at MAX_SPEED."""
+def waypoint_velocity(waypoint: np.ndarray, max_speed: float = MAX_SPEED) -> np.ndarray:
+    """The planar velocity that reaches ``waypoint`` (heading frame) in WAYPOINT_HORIZON_S, capped at ``max_speed``."""
     w = np.asarray(waypoint, np.float64)[:2]
     n = float(np.linalg.norm(w))
     if n < 1e-6:
         return np.zeros(2)
-    return w / n * min(n / WAYPOINT_HORIZON_S, MAX_SPEED)
+    return w / n * min(n / WAYPOINT_HORIZON_S, max_speed)
 
 
 @register_reward("hexapod_waypoint_following")
 def waypoint_following(command: np.ndarray, info: dict, **_) -> float:
     """Walk toward the commanded waypoint ``(dx, dy)`` (heading frame, read in the current
     heading: the route layer re-plans every WAYPOINT_HORIZON_S): exp(-|v - v_w|^2 / 0.02) with
-    v_w from :func:`waypoint_velocity`, minus 5 on a fall."""
+    v_w from :func:`waypoint_velocity` (capped at the env's fastest command), minus 5 on a fall."""
     i = _one(info)
     if not i:
         return 0.0
-    err = np.asarray(i["body_velocity"]) - waypoint_velocity(command)
+    err = np.asarray(i["body_velocity"]) - waypoint_velocity(command, float(i.get("max_speed", MAX_SPEED)))
     return float(np.exp(-float(err @ err) / 0.02)) - (FALL_PENALTY if i["fell"] else 0.0)
 
 
