@@ -17,7 +17,9 @@ step's info is recorded, so that per episode:
   steps over the episode's measured stride period (median time between two touchdowns of the
   same foot, each after at least 2 steps in the air), or over a 0.5 s reference period where
   the robot took fewer than 3 strides. A push is not recovered when the robot falls, the
-  episode ends, or the next push comes first.
+  episode ends, or the next push comes first; one whose episode ended at the goal less than 3
+  gait cycles (and the hold) after it, unrecovered but standing, is censored: counted apart
+  ("+N censored"), in neither the numerator nor the denominator.
 
 Targets (issue 13): falls < 5% of 20 s episodes on rough terrain (``gravel``); >= 90% of pushes
 recovered within 3 gait cycles; >= 80% of goals reached on rough terrain.
@@ -63,8 +65,12 @@ def gait_period(contacts: np.ndarray, dt: float, air: int = 2) -> float | None:
     return float(np.median(strides)) * dt if len(strides) >= 3 else None
 
 
-def push_recoveries(infos: list[dict], dt: float) -> list[int | None]:
-    """Steps from each push until recovered (see the module docstring), None if never."""
+def push_recoveries(infos: list[dict], dt: float, window: int | None = None) -> tuple[list[int | None], int]:
+    """Steps from each push until recovered (see the module docstring), None if never; and how
+    many pushes were censored, left out of that list: not recovered yet when the episode ended
+    by reaching its goal, fewer than ``window`` steps after the push (the goal task ends on
+    arrival, so a robot that gets there fast would otherwise be charged for the pushes it had no
+    time left to recover from)."""
     n = len(infos)
     height = np.array([i["body_height"] for i in infos])
     tilt = np.array([i["tilt"] for i in infos])
@@ -73,6 +79,8 @@ def push_recoveries(infos: list[dict], dt: float) -> list[int | None]:
     pushes = [k for k, i in enumerate(infos) if i["pushed"]]
     before, hold = max(1, int(round(1.0 / dt))), max(1, int(round(RECOVERY["hold_s"] / dt)))
     out: list[int | None] = []
+    censored = 0
+    arrived = bool(n and infos[-1]["is_success"])
     for j, k in enumerate(pushes):
         end = pushes[j + 1] if j + 1 < len(pushes) else n
         lo = max(0, k - before)
@@ -88,8 +96,11 @@ def push_recoveries(infos: list[dict], dt: float) -> list[int | None]:
             if ok[s:s + hold].all():
                 steps = s - k
                 break
+        if steps is None and window is not None and end == n and arrived and n - k < window and not fell[k:].any():
+            censored += 1
+            continue
         out.append(steps)
-    return out
+    return out, censored
 
 
 def episode_metrics(infos: list[dict], dt: float) -> dict:
@@ -100,13 +111,14 @@ def episode_metrics(infos: list[dict], dt: float) -> dict:
     track = np.array([i["tracking_error"] for i in infos])
     yaw_err = np.array([abs(i["yaw_rate"] - float(i["command"][2])) for i in infos])
     period = gait_period(np.array([i["contacts"] for i in infos]), dt)
-    rec = push_recoveries(infos, dt)
     cycle = period or REFERENCE_GAIT_S
+    window = int(np.ceil(3.0 * cycle / dt)) + max(1, int(round(RECOVERY["hold_s"] / dt)))
+    rec, censored = push_recoveries(infos, dt, window)
     return {"steps": len(infos), "fell": bool(any(i["fell"] for i in infos)),
             "success": bool(any(i["is_success"] for i in infos)),
             "tracking_error": float(track[calm].mean()) if calm.any() else None,
             "yaw_rate_error": float(yaw_err[calm].mean()) if calm.any() else None,
-            "gait_period_s": period, "recovery_steps": rec,
+            "gait_period_s": period, "recovery_steps": rec, "pushes_censored": censored,
             "recovery_cycles": [None if r is None else r * dt / cycle for r in rec],
             "distance": float(np.linalg.norm(infos[-1]["position"] - infos[0]["position"]))}
 
@@ -206,7 +218,7 @@ def summarize(eps: list[dict]) -> dict:
     yaw = [e["yaw_rate_error"] for e in eps if e["yaw_rate_error"] is not None]
     periods = [e["gait_period_s"] for e in eps if e["gait_period_s"] is not None]
     return {"episodes": n, "falls": falls / n, "falls_ci95": wilson(falls, n), "goals": goals / n,
-            "goals_ci95": wilson(goals, n), "pushes": len(rec), "push_recovered_3_cycles": within / len(rec) if rec else None,
+            "goals_ci95": wilson(goals, n), "pushes": len(rec), "pushes_censored": sum(e["pushes_censored"] for e in eps), "push_recovered_3_cycles": within / len(rec) if rec else None,
             "push_recovered_3_cycles_ci95": wilson(within, len(rec)), "push_recovered_any": sum(r is not None for r in rec) / len(rec) if rec else None,
             "recovery_steps_median": float(np.median(rec_steps)) if rec_steps else None,
             "recovery_cycles_median": float(np.median([r for r in rec if r is not None])) if any(r is not None for r in rec) else None,
@@ -232,7 +244,8 @@ def table(name: str, res: dict, goal: bool) -> list[str]:
     lines = [f"### {name}", "", head, "|" + "---|" * (head.count("|") - 1)]
     for terrain, s in res.items():
         mid = f"{_ci(s, 'goals')} | " if goal else f"{_f(s['tracking_error'])} | {_f(s['yaw_rate_error'])} | "
-        lines.append(f"| {terrain} | {s['episodes']} | {_ci(s, 'falls')} | {mid}{s['pushes']} | "
+        cens = f" (+{s['pushes_censored']} censored)" if s.get("pushes_censored") else ""
+        lines.append(f"| {terrain} | {s['episodes']} | {_ci(s, 'falls')} | {mid}{s['pushes']}{cens} | "
                      f"{_ci(s, 'push_recovered_3_cycles') if s['pushes'] else 'n/a'} | {_f(s['push_recovered_any'], True)} | "
                      f"{_f(s['recovery_steps_median'], nd=0)} / {_f(s['recovery_cycles_median'], nd=2)} | "
                      f"{_f(s['gait_period_s'], nd=2)} | {_f(s['stepping_episodes'], True)} | {_f(s['distance_mean'], nd=2)} |")

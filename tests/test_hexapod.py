@@ -242,16 +242,31 @@ def test_benchmark_measures_recovery_and_gait():
     t = np.arange(100)
     contacts = np.stack([(t + 3 * k) % 10 < 6 for k in range(6)], 1).astype(float)
     assert gait_period(contacts, 0.04) == pytest.approx(0.4)
-    base = {"body_height": 0.1, "tilt": 0.0, "body_velocity": np.zeros(2), "fell": False, "pushed": False}
+    base = {"body_height": 0.1, "tilt": 0.0, "body_velocity": np.zeros(2), "fell": False, "pushed": False,
+            "is_success": False}
     infos = [dict(base) for _ in range(80)]
     infos[40]["pushed"] = True
     for k in range(40, 46):
         infos[k] = {**infos[k], "body_velocity": np.array([0.8, 0.0])}
-    assert push_recoveries(infos, 0.04) == [6]
+    assert push_recoveries(infos, 0.04) == ([6], 0)
     infos[50] = {**infos[50], "fell": True}
     for k in range(46, 80):
         infos[k] = {**infos[k], "tilt": 0.5}
-    assert push_recoveries(infos, 0.04) == [None]
+    assert push_recoveries(infos, 0.04) == ([None], 0)
+    # Still off balance when the episode ends at the goal 20 steps after the push: censored where the
+    # window (3 cycles) is longer than what was left, a failure where it had time, or where it fell.
+    arrived = [dict(base) for _ in range(60)]
+    arrived[40]["pushed"] = True
+    for k in range(40, 60):
+        arrived[k] = {**arrived[k], "tilt": 0.5}
+    arrived[-1] = {**arrived[-1], "is_success": True}
+    assert push_recoveries(arrived, 0.04, window=43) == ([], 1)
+    assert push_recoveries(arrived, 0.04, window=15) == ([None], 0)
+    arrived[45] = {**arrived[45], "fell": True}
+    assert push_recoveries(arrived, 0.04, window=43) == ([None], 0)
+    arrived[45] = {**arrived[45], "fell": False}
+    arrived[-1] = {**arrived[-1], "is_success": False}  # ended otherwise (time, off the map): a failure
+    assert push_recoveries(arrived, 0.04, window=43) == ([None], 0)
 
 
 @pytest.fixture(scope="module")
