@@ -117,9 +117,10 @@ def test_follow_phase_rewards_each_phase_for_its_own_thing():
     reach, grasp, lift = np.eye(3)
     assert fn(command=reach, info=above) > fn(command=reach, info=far) + 0.5
     assert fn(command=grasp, info=held) > fn(command=grasp, info=above) + 1.0
-    assert fn(command=lift, info=far) == 0.0 and fn(command=lift, info=held) == pytest.approx(4.5)
-    pressed = dict(held, lift_progress=np.array([-0.2]))  # holding it pushed into the tray pays little
-    assert fn(command=lift, info=pressed) < 0.5 * fn(command=lift, info=dict(held, lift_progress=np.array([0.25])))
+    assert fn(command=lift, info=far) == 0.0 and fn(command=lift, info=held) == pytest.approx(4.0)
+    pressed = dict(held, lift_progress=np.array([-0.2]))  # holding it pushed into the tray costs
+    assert fn(command=lift, info=pressed) < 0.0 == fn(command=lift, info=dict(held, lift_progress=np.array([0.0])))
+    assert fn(command=lift, info=dict(held, lift_progress=np.array([0.25]))) == pytest.approx(1.0)
     # With a target object: the command's second one-hot picks the object.
     two = {k: (np.concatenate([v, [0.0]]) if isinstance(v, np.ndarray) else v) for k, v in held.items()}
     assert fn(command=np.r_[lift, 0.0, 1.0], info=two) == 0.0
