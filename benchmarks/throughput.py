@@ -6,7 +6,10 @@ For every env (default Hopper-v5 and Ant-v5) this measures, in one run on one ma
 * ``raw``            -- random-action env steps/s, one process per core, no RL framework
                         (``raw_env_limit.py``); the hardware ceiling.
 * ``sampling``       -- sampling with inference, no learning: one hdppo ``RolloutWorker`` per
-                        process, one process per core (``common.py``), as a share of ``raw``.
+                        process, one process per core (``common.py``), as a share of ``raw``, with
+                        the training runs' env copies per worker; ``--sampling-copies`` adds rows
+                        with other counts (default 8): the sampler's cost per vector step is
+                        mostly fixed, so more copies per worker spread it (``sampling_x<N>``).
 * ``sb3``            -- Stable-Baselines3 PPO (``sb3_ppo.py``), 8 env copies in one process.
 * ``rllib``          -- stock RLlib PPO (``rllib_ppo.py``).
 * ``hdppo_central``  -- hdppo, ``dppo.mode: central`` (workers ship batches, learner runs SGD).
@@ -44,6 +47,7 @@ that a smoke run never overwrites real numbers).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -114,12 +118,17 @@ def hdppo_env_steps_per_s(env_id: str, mode: str, iterations: int, warmup: int, 
     return out
 
 
-def sampling(env_id: str, seconds: float) -> dict:
-    cfg = hdppo_config_dict(env_id, "central", 10**9)
+def sampling(env_id: str, seconds: float, copies: int = SETTINGS.envs_per_worker) -> dict:
+    cfg = hdppo_config_dict(env_id, "central", 10**9, settings=dataclasses.replace(SETTINGS, envs_per_worker=copies))
     cfg["ray"] = {"backend": "local"}
     out = sampling_steps_per_s(cfg, "control", seconds, procs=SETTINGS.num_workers)
-    out["seconds"] = seconds
+    out.update(seconds=seconds, envs_per_worker=copies)
     return out
+
+
+def sampling_key(copies: int) -> str:
+    """The result key of sampling with ``copies`` env copies per worker (the training runs' count: ``sampling``)."""
+    return "sampling" if copies == SETTINGS.envs_per_worker else f"sampling_x{copies}"
 
 
 # ----------------------------------------------------------------------------- the run
@@ -135,6 +144,9 @@ def ratios(entry: dict) -> dict:
     for h in HIERARCHIES:
         out[f"hier_{h}_over_flat"] = ratio(rate(entry.get(f"hier_{h}")), flat)
     out["sampling_over_raw"] = ratio(rate(entry.get("sampling")), raw)
+    for key in entry:
+        if key.startswith("sampling_x"):
+            out[f"{key}_over_raw"] = ratio(rate(entry[key]), raw)
     out["rllib_over_raw"] = ratio(rllib, raw)
     out["sb3_over_raw"] = ratio(sb3, raw)
     return out
@@ -181,6 +193,19 @@ def render_markdown(report: dict) -> str:
                      f"{met(r['sampling_over_raw'], TARGET_SAMPLING_VS_RAW)} | "
                      + "".join(f"{fmt(r[f'hier_{h}_over_flat'], pct=True)} | "
                                f"{met(r[f'hier_{h}_over_flat'], TARGET_HIER_VS_FLAT)} | " for h in HIERARCHIES).rstrip())
+    more = [(env_id, k) for env_id, e in report["results"].items() for k in e if k.startswith("sampling_x")]
+    if more:
+        lines += ["", f"Sampling with more env copies per worker than the training runs' {s['envs_per_worker']} "
+                  "(the same rounds, alternating with the raw limit; training was not run with these):", "",
+                  "| env | copies per worker | sampling env steps/s | sampling/raw | target |", "|---|---:|---:|---:|---|"]
+        for env_id, e in report["results"].items():
+            r = e["ratios"]
+            lines.append(f"| {env_id} | {s['envs_per_worker']} | {fmt(rate(e.get('sampling')))} | "
+                         f"{share_cell(e.get('sampling'), r['sampling_over_raw'])} | {met(r['sampling_over_raw'], TARGET_SAMPLING_VS_RAW)} |")
+            for env_k, k in more:
+                if env_k == env_id:
+                    lines.append(f"| {env_id} | {e[k].get('envs_per_worker', k[10:])} | {fmt(rate(e[k]))} | "
+                                 f"{share_cell(e[k], r[f'{k}_over_raw'])} | {met(r[f'{k}_over_raw'], TARGET_SAMPLING_VS_RAW)} |")
     lines += errors_section(report["results"])
     lines += ["", "Notes: hdppo keeps its default observation and reward normalization on (RLlib's default "
               "new-stack PPO and SB3 without VecNormalize have neither), so hdppo does slightly more work per step. "
@@ -193,15 +218,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", default="Hopper-v5,Ant-v5", help="comma-separated Gymnasium ids")
     ap.add_argument("--hier-envs", default="Hopper-v5", help="envs that also get the two-layer runs (default Hopper-v5)")
+    ap.add_argument("--sampling-copies", default="8", help="comma-separated env copies per worker for extra "
+                    f"sampling rows beside the training runs' {SETTINGS.envs_per_worker} (default 8; '' for none)")
     add_budget_args(ap, "throughput", PARTS, iterations=10, warmup=1, raw_seconds=10.0, sample_seconds=15.0)
     args = ap.parse_args(argv)
+    try:
+        copies = sorted({SETTINGS.envs_per_worker, *(int(c) for c in args.sampling_copies.split(",") if c.strip())})
+    except ValueError:
+        ap.error(f"--sampling-copies takes comma-separated whole numbers, got {args.sampling_copies!r}")
+    if copies[0] < 1:
+        ap.error(f"--sampling-copies: every count must be at least 1, got {args.sampling_copies!r}")
     skip, stem = budget(args, "throughput")
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
     hier_envs = {e.strip() for e in args.hier_envs.split(",") if e.strip()}
 
     info = machine_info()
     settings = {"envs": envs, "hier_envs": sorted(hier_envs), "iterations": args.iterations, "warmup": args.warmup,
-                "raw_seconds": args.raw_seconds, "rounds": args.rounds, "sample_seconds": args.sample_seconds, "quick": args.quick,
+                "raw_seconds": args.raw_seconds, "rounds": args.rounds, "sample_seconds": args.sample_seconds, "quick": args.quick, "sampling_copies": copies,
                 **SETTINGS.as_dict(), "describe": SETTINGS.describe(), "ray_cpus": RAY_CPUS,
                 "sb3_vec_env": "dummy", "skipped": sorted(skip)}
     results: dict[str, dict] = {e: {} for e in envs}
@@ -214,10 +247,11 @@ def main(argv: list[str] | None = None) -> int:
             results[env_id]["raw"], out = raw_and_sampling(
                 lambda: safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
                              seconds=args.raw_seconds / args.rounds),
-                {"sampling": lambda: safe("throughput", f"{env_id} hdppo sampling", sampling, env_id,
-                                          args.sample_seconds / args.rounds)},
+                {sampling_key(c): (lambda c=c: safe("throughput", f"{env_id} hdppo sampling ({c} copies per worker)",
+                                                    sampling, env_id, args.sample_seconds / args.rounds, c))
+                 for c in copies},
                 args.rounds, "env_steps_per_s")
-            results[env_id]["sampling"] = out["sampling"]
+            results[env_id].update(out)
         elif "raw" not in skip:
             results[env_id]["raw"] = safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
                                           seconds=args.raw_seconds)
