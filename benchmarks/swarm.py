@@ -65,14 +65,14 @@ def shares(episodes: int, drones: int, reached: int, collided: int, steps: float
             "met": bool(drones and reached / drones >= TARGET_REACH and collided / drones < TARGET_COLLISION)}
 
 
-def scripted_rows(episodes: int, scenarios: list[str]) -> list[dict]:
+def scripted_rows(episodes: int, scenarios: list[str], crash: bool = False) -> list[dict]:
     from hdppo.envs.builtin.swarm.scripted import PILOTS, fly
 
     rows = []
     for pilot in PILOTS:
         for scenario in scenarios:
             t0 = time.perf_counter()
-            r = fly(pilot, scenario, episodes, seed=12345)
+            r = fly(pilot, scenario, episodes, seed=12345, crash_on_collision=crash)
             rows.append({"pilot": pilot, "scenario": scenario, "wall_s": time.perf_counter() - t0}
                         | shares(r["episodes"], r["drones"], r["reached"], r["collided"], r["mean_steps"]))
     return rows
@@ -145,7 +145,9 @@ def render_markdown(report: dict) -> str:
              f"Machine: {m.get('cpu_model')}, {m.get('cpu_count')} CPUs (shared with other sessions; load average "
              f"{m.get('load_avg_1_5_15')}), {m.get('timestamp_utc', '')}. Command: `{report['command']}`.", "",
              f"Targets: >= {TARGET_REACH:.0%} of drones reach their goal and a collision rate < {TARGET_COLLISION:.0%} "
-             f"(share of drones that collided at least once), over {s['episodes']} evaluation episodes with 8 drones.", ""]
+             f"(share of drones that collided at least once), over {s['episodes']} evaluation episodes with 8 drones.", "",
+             "A collision " + ("ends the drone's flight (env `crash_on_collision: true`, for every row)." if s.get("crash_on_collision")
+                               else "is counted and penalised; the drone flies on."), ""]
     rows = []
     for name, t in report.get("trained", {}).items():
         for e in t.get("evaluations", []):
@@ -201,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_swarm"))
     p.add_argument("--out", default=None, help="output stem (default benchmarks/results/swarm[_quick])")
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
+    p.add_argument("--crash", action="store_true", help="a collision ends the drone's flight "
+                   "(env crash_on_collision): the scripted pilots fly so, trained runs must have trained so")
     args = p.parse_args(argv)
     episodes = args.episodes or (4 if args.quick else 100)
     env_steps = args.env_steps or (1_000 if args.quick else 200_000)
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"machine": machine_info(),
                               "command": "python benchmarks/swarm.py " + " ".join(sys.argv[1:] if argv is None else argv),
                               "settings": {"quick": args.quick, "episodes": episodes, "env_steps": env_steps,
-                                           "overrides": overrides},
+                                           "overrides": overrides, "crash_on_collision": args.crash},
                               "notes": args.note, "trained": {}}
 
     def save() -> None:
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scenarios = args.scenarios.split(",")
     if "scripted" in parts:
-        report["scripted"] = scripted_rows(episodes, scenarios)
+        report["scripted"] = scripted_rows(episodes, scenarios, args.crash)
         save()
         print(f"[swarm] scripted pilots: {len(report['scripted'])} rows", flush=True)
     from hdppo.platform.checkpoint import latest_checkpoint
@@ -245,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                 entry["train_wall_s"] = time.perf_counter() - t0
             entry["run_dir"] = str(run_dir)
             cfg = load_config(run_dir / "config.yaml")
+            crash = bool((cfg.env.kwargs or {}).get("crash_on_collision", False))
+            if crash != args.crash:
+                raise ValueError(f"{run_dir / 'config.yaml'}: env.kwargs.crash_on_collision is {crash}, this report's "
+                                 f"is {args.crash}; pass --crash {'' if crash else 'no more '}to compare like with like")
             checkpoint = checkpoint or latest_checkpoint(run_dir)
             if checkpoint is None or not checkpoint.exists():
                 raise RuntimeError(f"{run_dir}: no checkpoint {checkpoint or ''}")

@@ -65,6 +65,35 @@ def test_collision_with_a_sphere_and_between_drones():
     assert res.collision_now[0, 0] == 0 and s.collisions[0, 0] == 1
 
 
+def test_crash_on_collision_ends_the_drones_flight():
+    """With crash_on_collision a collision terminates the drone (it leaves the agents and the
+    field, penalised once); without it the same drone flies on."""
+    sc = Scenario("one_sphere", 8, spheres=1, cylinders=0, moving=0)
+    outcomes = {}
+    for crash in (False, True):
+        env = parallel_env(scenario=sc, crash_on_collision=crash)
+        env.reset(seed=0)
+        s = env.swarm
+        s.oc[0, 0], s.orad[0, 0] = [10.0, 8.0, 5.0], 1.0
+        for j in range(8):                                   # far from each other and the sphere, at rest
+            s.pos[0, j], s.vel[0, j] = [2.0 + 2.5 * j, 14.0, 8.0], 0.0
+        s.pos[0, 0], s.vel[0, 0] = [8.6, 8.0, 5.0], [3.0, 0.0, 0.0]   # 0.15 m from the surface, flying at it
+        s.dist = np.linalg.norm(s.goal - s.pos, axis=-1)
+        _, rew, term, trunc, info = env.step({a: np.zeros(3, np.float32) for a in env.agents})
+        assert info["drone_0"]["collision"] == 1 and rew["drone_0"] < -s.w.collision / 2
+        outcomes[crash] = (term["drone_0"], "drone_0" in env.agents, bool(s.active[0, 0]))
+        assert not any(term[a] for a in env.possible_agents[1:]) and not any(trunc.values())
+        # The others fly on either way; the crashed drone takes no further part.
+        _, rew, _, _, _ = env.step({a: np.zeros(3, np.float32) for a in env.agents})
+        assert ("drone_0" in rew) is (not crash)
+    assert outcomes[False] == (False, True, True)
+    assert outcomes[True] == (True, False, False)
+    vec = make_vector(2, seed=0, scenario=sc, crash_on_collision=True)
+    assert vec.swarm.crash
+    with pytest.raises(EnvError, match="crash_on_collision"):
+        make_vector(2, seed=0, crash_on_collision="yes")
+
+
 def test_proximity_penalty_grows_as_the_gap_closes():
     from hdppo.envs.builtin.swarm import RewardWeights
 

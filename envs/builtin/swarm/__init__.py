@@ -7,7 +7,8 @@ group on the far side, through a band of spheres, vertical cylinders and moving 
 cells are shuffled among the groups, so groups cross each other's paths. A drone within 2 m of
 its goal region's centre has reached it and lands (it leaves ``env.agents``); touching an
 obstacle or coming within two body radii of another drone is a collision, counted and
-penalised (the drone flies on, pushed back to the obstacle's surface).
+penalised (the drone flies on, pushed back to the obstacle's surface; with
+``crash_on_collision=True`` it crashes instead: terminated, out of the field).
 
 | | |
 |---|---|
@@ -17,8 +18,8 @@ penalised (the drone flies on, pushed back to the obstacle's surface).
 | state() | Box(-1, 1, (409,), float32): 16 drone slots x 12 (position, velocity, goal offset, in the field, reached, collided), 24 obstacle slots x 9 (present, centre, radius, velocity, cylinder), time; the same size in every scenario |
 | reward (each) | ``reward_progress * (m closer to the goal) + reward_reach * (reached this step) - reward_collision * (new collisions this step) - reward_time - reward_proximity * closeness``, closeness = the sum over obstacles and other drones of ``((proximity_margin - gap) / proximity_margin)^2`` for surface gaps under the margin (shaping; off by default) |
 | info (each) | per step: ``group``, ``reached``, ``collided`` (1 once it collided this episode), ``collisions``, ``collision`` (new this step), ``progress``, ``altitude`` (z / height), ``in_field``, ``cohesion``, ``spacing`` (:func:`.env.drone_infos`); on the last step also ``reach_rate`` and ``collision_rate`` (fractions of the field's drones that reached their goal / collided at least once) and ``episode_steps`` |
-| episode | a drone terminates when it reaches its goal; the rest are truncated at ``max_steps`` |
-| arguments | ``scenario="8_medium"`` (see below, or a :class:`Scenario`), ``max_steps=None`` (the scenario's: 150 steps of 0.1 s), ``k_neighbors=4`` (Kn), ``k_obstacles=4`` (Ko), ``reward_progress=1.0``, ``reward_reach=10.0``, ``reward_collision=10.0``, ``reward_time=0.01``, ``reward_proximity=0.0``, ``proximity_margin=1.0`` (m), ``render_mode=None`` (or ``"rgb_array"``) |
+| episode | a drone terminates when it reaches its goal (or, with ``crash_on_collision``, collides); the rest are truncated at ``max_steps`` |
+| arguments | ``scenario="8_medium"`` (see below, or a :class:`Scenario`), ``max_steps=None`` (the scenario's: 150 steps of 0.1 s), ``k_neighbors=4`` (Kn), ``k_obstacles=4`` (Ko), ``reward_progress=1.0``, ``reward_reach=10.0``, ``reward_collision=10.0``, ``reward_time=0.01``, ``reward_proximity=0.0``, ``proximity_margin=1.0`` (m), ``crash_on_collision=False`` (a collision ends the drone's flight, as a real quadrotor's; the penalty is paid once and the drone's remaining progress and reach bonus are lost), ``render_mode=None`` (or ``"rgb_array"``) |
 | render | ``rgb_array``: ``[420, 480, 3]`` uint8, the field from above and from the side (:mod:`.render`) |
 | factories | ``parallel_env(**kwargs)`` (PettingZoo ParallelEnv, ``env.type: pettingzoo``); ``make_vector(num_envs, seed, **kwargs)`` (natively batched, ``env.type: vector``) |
 

@@ -11,7 +11,8 @@ cylinders (floor to ceiling); moving spheres travel at a constant speed and boun
 field's bounds. A drone that touches an obstacle is pushed back to its surface and loses its
 speed into it; a drone that comes within two body radii of another is in contact with it. Each
 new contact is a *collision*, counted and penalised; a drone that collided stays in the air
-(``collided`` is kept for the episode). A drone within ``goal_radius`` of its group's goal
+(``collided`` is kept for the episode), unless the swarm is made with ``crash=True``: then a
+collision ends its flight as a real quadrotor's would (it leaves the field, terminated). A drone within ``goal_radius`` of its group's goal
 region has *reached* it and lands (it leaves the field and the agents).
 """
 from __future__ import annotations
@@ -68,6 +69,12 @@ class StepArrays:
     progress: np.ndarray       # float: distance to goal before - after
     ended: np.ndarray          # [N] bool: every drone reached, or max_steps
     truncated: np.ndarray      # [N] bool: ended by max_steps
+    crashed_now: np.ndarray    # bool: left the field by a collision this step (``crash=True`` only)
+
+    @property
+    def terminated(self) -> np.ndarray:
+        """``[N, n]`` bool: drones whose flight ended this step, at their goal or in a crash."""
+        return self.reached_now | self.crashed_now
 
 
 class Swarm:
@@ -75,8 +82,9 @@ class Swarm:
 
     def __init__(self, scenario: Scenario, num_copies: int, k_neighbors: int = 4, k_obstacles: int = 4,
                  max_steps: int | None = None, physics: Physics | None = None, weights: RewardWeights | None = None,
-                 rng: np.random.Generator | None = None):
+                 rng: np.random.Generator | None = None, crash: bool = False):
         self.sc = scenario
+        self.crash = crash
         self.N, self.n = num_copies, scenario.n_drones
         self.G = scenario.n_groups
         self.M = scenario.n_obstacles
@@ -288,7 +296,9 @@ class Swarm:
         self.reached |= reached_now
         self.collided |= new > 0
         self.collisions += new
-        self.active = act_before & ~reached_now
+        # A crash ends the flight; reaching the pad in the same step counts as reaching it.
+        crashed_now = act_before & (new > 0) & ~reached_now if self.crash else np.zeros_like(reached_now)
+        self.active = act_before & ~reached_now & ~crashed_now
         self.t += 1
         self._group_stats = None
         w = self.w
@@ -298,7 +308,7 @@ class Swarm:
         trunc = (self.t >= self.max_steps) & self.active.any(1)
         ended = trunc | ~self.active.any(1)
         self._observe(np.arange(N))
-        return StepArrays(rewards, act_before, reached_now, new, progress, ended, trunc)
+        return StepArrays(rewards, act_before, reached_now, new, progress, ended, trunc, crashed_now)
 
     def _closeness(self, pos: np.ndarray, dd: np.ndarray, act: np.ndarray) -> np.ndarray:
         """``[N, n]``: sum over obstacles and other flying drones of ``((margin - gap) / margin)^2``

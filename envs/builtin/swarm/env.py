@@ -24,7 +24,8 @@ EPISODE_METRICS = ("reach_rate", "collision_rate")
 
 def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None, k_neighbors: int, k_obstacles: int,
                reward_progress: float, reward_reach: float, reward_collision: float, reward_time: float,
-               rng: np.random.Generator, reward_proximity: float = 0.0, proximity_margin: float = 1.0) -> Swarm:
+               rng: np.random.Generator, reward_proximity: float = 0.0, proximity_margin: float = 1.0,
+               crash_on_collision: bool = False) -> Swarm:
     try:
         sc = get_scenario(scenario)
     except ValueError as exc:
@@ -38,7 +39,9 @@ def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None,
                        f"({proximity_margin}) > 0 (metres of clearance where the proximity penalty starts)")
     weights = RewardWeights(reward_progress, reward_reach, reward_collision, reward_time, reward_proximity,
                             proximity_margin)
-    return Swarm(sc, num_copies, k_neighbors, k_obstacles, max_steps, Physics(), weights, rng)
+    if not isinstance(crash_on_collision, bool):
+        raise EnvError(f"swarm: crash_on_collision must be true or false, not {crash_on_collision!r}")
+    return Swarm(sc, num_copies, k_neighbors, k_obstacles, max_steps, Physics(), weights, rng, crash=crash_on_collision)
 
 
 def drone_infos(s: Swarm, res: StepArrays | None, copy: int, drones: list[int], names: list[str]) -> dict[str, dict]:
@@ -82,13 +85,14 @@ class SwarmEnv(ParallelEnv):
     def __init__(self, scenario: str | Scenario = "8_medium", max_steps: int | None = None, k_neighbors: int = 4,
                  k_obstacles: int = 4, reward_progress: float = 1.0, reward_reach: float = 10.0,
                  reward_collision: float = 10.0, reward_time: float = 0.01, reward_proximity: float = 0.0,
-                 proximity_margin: float = 1.0, render_mode: str | None = None):
+                 proximity_margin: float = 1.0, crash_on_collision: bool = False, render_mode: str | None = None):
         if render_mode not in (None, "rgb_array"):
             raise EnvError(f"swarm renders only render_mode='rgb_array', not {render_mode!r}")
         self.render_mode = render_mode
         self._rng = np.random.default_rng()
         self.swarm = make_swarm(1, scenario, max_steps, k_neighbors, k_obstacles, reward_progress, reward_reach,
-                                reward_collision, reward_time, self._rng, reward_proximity, proximity_margin)
+                                reward_collision, reward_time, self._rng, reward_proximity, proximity_margin,
+                                crash_on_collision)
         n = self.swarm.n
         self.possible_agents = [f"drone_{i}" for i in range(n)]
         self._slot = {a: i for i, a in enumerate(self.possible_agents)}
@@ -136,11 +140,11 @@ class SwarmEnv(ParallelEnv):
         agents = self.agents
         slots = [self._slot[a] for a in agents]
         end, trunc_all = bool(res.ended[0]), bool(res.truncated[0])
-        reached = res.reached_now[0]
+        ended_flight = res.terminated[0]
         obs = s.obs[0]
         observations = {a: obs[i].copy() for a, i in zip(agents, slots)}
         rewards = {a: float(res.rewards[0, i]) for a, i in zip(agents, slots)}
-        term = {a: bool(reached[i]) for a, i in zip(agents, slots)}
+        term = {a: bool(ended_flight[i]) for a, i in zip(agents, slots)}
         trunc = {a: trunc_all and not term[a] for a in agents}
         infos = drone_infos(s, res, 0, slots, agents)
         if end:
@@ -170,12 +174,13 @@ class SwarmVector(VectorMultiAgentEnv):
     def __init__(self, num_envs: int, seed: int | None = None, scenario: str | Scenario = "8_medium",
                  max_steps: int | None = None, k_neighbors: int = 4, k_obstacles: int = 4,
                  reward_progress: float = 1.0, reward_reach: float = 10.0, reward_collision: float = 10.0,
-                 reward_time: float = 0.01, reward_proximity: float = 0.0, proximity_margin: float = 1.0):
+                 reward_time: float = 0.01, reward_proximity: float = 0.0, proximity_margin: float = 1.0,
+                 crash_on_collision: bool = False):
         self.num_envs = num_envs
         self._rng = np.random.default_rng(seed)
         self.swarm = s = make_swarm(num_envs, scenario, max_steps, k_neighbors, k_obstacles, reward_progress,
                                     reward_reach, reward_collision, reward_time, self._rng, reward_proximity,
-                                    proximity_margin)
+                                    proximity_margin, crash_on_collision)
         self.name = "swarm"
         self.agents = [f"drone_{i}" for i in range(s.n)]
         self.obs_dim, self.mask_dim, self.state_dim = s.obs_dim, 0, s.state_dim
@@ -205,7 +210,7 @@ class SwarmVector(VectorMultiAgentEnv):
         s = self.swarm
         res = s.step(actions)
         before = res.active_before
-        term = res.reached_now
+        term = res.terminated
         trunc = res.truncated[:, None] & before & ~term
         rewards = res.rewards * before
         self._ep_return += rewards.sum(1)

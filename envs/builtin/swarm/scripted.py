@@ -17,7 +17,7 @@ episodes and counts how many drones reached their goal and how many collided.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -71,16 +71,17 @@ PILOTS: dict[str, Callable[[Swarm], np.ndarray]] = {"straight": straight, "poten
                                                    "observed_field": observed_field}
 
 
-def fly(pilot: str, scenario: str, episodes: int = 100, copies: int = 20, seed: int = 0) -> dict:
+def fly(pilot: str, scenario: str, episodes: int = 100, copies: int = 20, seed: int = 0, **env_kwargs: Any) -> dict:
     """``episodes`` episodes of ``pilot`` on ``scenario`` (``copies`` fields at a time, the same
-    number of episodes each): drones, reached, collided, and their shares."""
+    number of episodes each): drones, reached, collided, and their shares. ``env_kwargs`` go to
+    the env as a config's ``env.kwargs`` would (e.g. ``crash_on_collision=True``)."""
     from .env import make_vector
 
     if pilot not in PILOTS:
         raise ValueError(f"swarm: unknown pilot {pilot!r}; choose one of {', '.join(PILOTS)}")
     copies = max(1, min(copies, episodes))
     quota = np.array([episodes // copies + (i < episodes % copies) for i in range(copies)])
-    vec = make_vector(copies, seed=seed, scenario=scenario)
+    vec = make_vector(copies, seed=seed, scenario=scenario, **env_kwargs)
     vec.reset()
     s = vec.swarm
     done = np.zeros(copies, np.int64)
