@@ -14,6 +14,7 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 from hdppo.envs.builtin.grasp import Grasp, split_ids  # noqa: E402
 from hdppo.envs.builtin.grasp.env import SPAWN_HALF, TRAY_POS, TRAY_TOP  # noqa: E402
 from hdppo.envs.errors import EnvError  # noqa: E402
+from hdppo.platform.config import load_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,6 +83,30 @@ def test_the_gripper_closes_on_an_object_and_lifts_it():
         assert info["is_success"] == 1.0 and info["height"][0] > 0.08 and r > 0.9
     finally:
         e.close()
+
+
+def test_phase_teacher_follows_a_scripted_pick():
+    """phase_teacher says reach, then grasp once over the object, then lift exactly while the env
+    says the object is held; and the hierarchy preset kickstarts its phase layer with it."""
+    from hdppo.envs.builtin.grasp.scripted import ScriptedPick, phase_teacher
+
+    e, pick = Grasp(objects=[851]), ScriptedPick()
+    try:
+        obs, info = e.reset(seed=0)
+        phases = [phase_teacher({"agent": obs}, ["agent"])]
+        held = [bool(info["grasped"][0])]
+        for _ in range(40):
+            obs, _, _, _, info = e.step(pick.act(obs))
+            phases.append(phase_teacher({"agent": obs}, ["agent"]))
+            held.append(bool(info["grasped"][0]))
+    finally:
+        e.close()
+    assert phases[0] == 0 and any(held)
+    assert all((ph == 2) == h for ph, h in zip(phases, held))
+    first_grasp, first_lift = phases.index(1), phases.index(2)
+    assert 0 < first_grasp < first_lift and set(phases[:first_grasp]) == {0}
+    cfg = load_config(ROOT / "configs" / "grasp_hierarchy.yaml")
+    assert cfg.layers[0].teacher.policy == "hdppo.envs.builtin.grasp.scripted:phase_teacher"
 
 
 def test_open_gripper_far_away_earns_only_the_reach_term(env):
