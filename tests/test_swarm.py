@@ -94,6 +94,26 @@ def test_crash_on_collision_ends_the_drones_flight():
         make_vector(2, seed=0, crash_on_collision="yes")
 
 
+def test_field_teacher_is_the_observed_field_pilot_per_drone():
+    """The kickstarting teacher, on one drone's observation as the engine hands it over
+    (SwarmVector.raw_obs), gives that drone's action of the batched observed_field pilot."""
+    from hdppo.envs.builtin.swarm.scripted import field_teacher, observed_field
+
+    vec = make_vector(3, seed=4, scenario="8_dense")
+    vec.reset()
+    for _ in range(30):   # into the field, among obstacles and neighbours
+        vec.step(observed_field(vec.swarm))
+    batched = observed_field(vec.swarm)
+    assert np.abs(batched).max() > 0.1
+    for i in range(3):
+        raw = vec.raw_obs(i)
+        assert set(raw) == {a for k, a in enumerate(vec.agents) if vec.swarm.active[i, k]} and raw
+        for a, o in raw.items():
+            got = field_teacher(raw, [a], vec)
+            assert got.shape == (3,) and got.dtype == np.float32
+            assert np.allclose(got, batched[i, vec.agents.index(a)], atol=1e-5)
+
+
 def test_proximity_penalty_grows_as_the_gap_closes():
     from hdppo.envs.builtin.swarm import RewardWeights
 

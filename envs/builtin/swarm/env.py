@@ -192,6 +192,12 @@ class SwarmVector(VectorMultiAgentEnv):
         """Copy ``i`` as :mod:`.render` draws it (for ``hdppo eval --video``)."""
         return frame(self.swarm, i)
 
+    def raw_obs(self, i: int) -> dict[str, np.ndarray]:
+        """Copy ``i``'s observation of each drone in the field (for ``teacher.policy`` and
+        ``observation.source`` functions), as :class:`SwarmEnv` would return them."""
+        obs, active = self.swarm.obs[i], self.swarm.active[i]
+        return {a: obs[k] for k, a in enumerate(self.agents) if active[k]}
+
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_space
 

@@ -13,7 +13,8 @@ episodes and counts how many drones reached their goal and how many collided.
   only the 4 nearest the observation holds;
 - ``observed_field``: the same field computed from each drone's observation alone (4 nearest
   drones, 4 nearest obstacles, goal offset, velocity): proof that the observation a policy gets
-  is enough to fly the field without collisions.
+  is enough to fly the field without collisions. :func:`field_teacher` hands it to a drone layer
+  as a kickstarting teacher (``teacher.policy``).
 """
 from __future__ import annotations
 
@@ -46,25 +47,42 @@ def potential_field(s: Swarm, gain: float = 9.0, obstacle_margin: float = 1.5, d
     return np.clip((v_des - s.vel) * 1.5, -1.0, 1.0)
 
 
-def observed_field(s: Swarm, gain: float = 9.0, obstacle_margin: float = 1.5, drone_margin: float = 1.2) -> np.ndarray:
-    """``potential_field`` computed from each drone's observation alone (its goal offset and
-    velocity, its Kn nearest drones and Ko nearest obstacles; the layout in the package
-    docstring), as a policy sees it: what a learned policy could do with what it is given."""
-    o = s.obs.astype(np.float64)
-    rng_, vmax, kn, ko = s.ph.sense_range, s.ph.speed_max, s.k_nb, s.k_ob
-    goal, dist, vel = o[..., 0:3] * s.scale, o[..., 3:4] * s.scale, o[..., 4:7] * vmax
-    v_des = goal / np.maximum(dist, 1e-9) * np.minimum(dist, vmax)
+def field_action(obs: np.ndarray, k_neighbors: int = 4, k_obstacles: int = 4, gain: float = 9.0,
+                 obstacle_margin: float = 1.5, drone_margin: float = 1.2, scale: float = 30.0,
+                 speed_max: float = 3.0, sense_range: float = 6.0) -> np.ndarray:
+    """``potential_field`` from observations ``[..., D]`` alone (goal offset and velocity, the
+    Kn nearest drones and Ko nearest obstacles; the layout in the package docstring): the
+    acceleration ``[..., 3]`` in [-1, 1] it asks for. ``scale`` is the world's largest side
+    (30 m in every scenario), the other defaults :class:`.core.Physics`'."""
+    o = np.asarray(obs, dtype=np.float64)
+    lead = o.shape[:-1]
+    goal, dist, vel = o[..., 0:3] * scale, o[..., 3:4] * scale, o[..., 4:7] * speed_max
+    v_des = goal / np.maximum(dist, 1e-9) * np.minimum(dist, speed_max)
     f = OWN_FEATURES
-    nb = o[..., f:f + 8 * kn].reshape(*o.shape[:2], kn, 8)
-    ob = o[..., f + 8 * kn:f + 8 * (kn + ko)].reshape(*o.shape[:2], ko, 8)
+    nb = o[..., f:f + 8 * k_neighbors].reshape(*lead, k_neighbors, 8)
+    ob = o[..., f + 8 * k_neighbors:f + 8 * (k_neighbors + k_obstacles)].reshape(*lead, k_obstacles, 8)
     toward = ob[..., 1:4]                       # direction to the surface times its distance / range
     u = toward / np.maximum(np.linalg.norm(toward, axis=-1, keepdims=True), 1e-9)
-    w = np.clip((obstacle_margin - ob[..., 4] * rng_) / obstacle_margin, 0.0, None) ** 2 * ob[..., 0]
-    v_des = v_des - gain * (u * w[..., None]).sum(2)
-    offset, d = nb[..., 1:4] * rng_, nb[..., 7] * rng_     # neighbour j relative to this drone
+    w = np.clip((obstacle_margin - ob[..., 4] * sense_range) / obstacle_margin, 0.0, None) ** 2 * ob[..., 0]
+    v_des = v_des - gain * (u * w[..., None]).sum(-2)
+    offset, d = nb[..., 1:4] * sense_range, nb[..., 7] * sense_range     # neighbour j relative to this drone
     wd = np.clip((drone_margin - d) / drone_margin, 0.0, None) ** 2 * nb[..., 0]
-    v_des = v_des - gain * (offset / np.maximum(d, 1e-9)[..., None] * wd[..., None]).sum(2)
+    v_des = v_des - gain * (offset / np.maximum(d, 1e-9)[..., None] * wd[..., None]).sum(-2)
     return np.clip((v_des - vel) * 1.5, -1.0, 1.0)
+
+
+def observed_field(s: Swarm, gain: float = 9.0, obstacle_margin: float = 1.5, drone_margin: float = 1.2) -> np.ndarray:
+    """``potential_field`` computed from each drone's observation alone (:func:`field_action`),
+    as a policy sees it: what a learned policy could do with what it is given."""
+    return field_action(s.obs, s.k_nb, s.k_ob, gain, obstacle_margin, drone_margin, s.scale,
+                        s.ph.speed_max, s.ph.sense_range)
+
+
+def field_teacher(raw_obs: dict, members: list[str], env: Any = None, **kwargs: Any) -> np.ndarray:
+    """``teacher.policy`` for a drone layer (kickstarting, Schmitt et al. 2018): the
+    observed-field pilot's action for the lane's drone, from its own observation; ``kwargs`` as
+    :func:`field_action`'s (the defaults fit the built-in scenarios and observation)."""
+    return field_action(raw_obs[members[0]], **kwargs).astype(np.float32)
 
 
 PILOTS: dict[str, Callable[[Swarm], np.ndarray]] = {"straight": straight, "potential_field": potential_field,
