@@ -109,6 +109,40 @@ def test_phase_teacher_follows_a_scripted_pick():
     assert cfg.layers[0].teacher.policy == "hdppo.envs.builtin.grasp.scripted:phase_teacher"
 
 
+def test_a_simulation_blow_up_restarts_the_world_rather_than_returning_nan(monkeypatch):
+    """PyBullet once returned NaN poses on reset in training: reset rebuilds the world and draws
+    again; a blow-up mid-episode truncates it on the last sound observation."""
+    e = Grasp(max_steps=10)
+    real = Grasp._observe
+    poisoned = {"n": 1}
+
+    def observe(self):
+        obs, q = real(self)
+        if poisoned["n"] > 0:
+            poisoned["n"] -= 1
+            obs = obs.copy()
+            obs[7] = np.nan
+        return obs, q
+
+    try:
+        e.reset(seed=0)
+        first_world = e._p
+        monkeypatch.setattr(Grasp, "_observe", observe)
+        poisoned["n"] = 1
+        obs, _ = e.reset(seed=1)
+        assert np.isfinite(obs).all() and e._p is not None and e._p is not first_world
+        poisoned["n"] = 1
+        out, r, term, trunc, info = e.step(np.zeros(5, np.float32))
+        assert np.array_equal(out, obs) and r == 0.0 and trunc and not term and info["sim_blowup"] == 1.0
+        obs, _ = e.reset()
+        assert np.isfinite(obs).all()
+        poisoned["n"] = 10   # never sound again: a clear error, not NaN
+        with pytest.raises(EnvError, match="non-finite observation"):
+            e.reset()
+    finally:
+        e.close()
+
+
 def test_open_gripper_far_away_earns_only_the_reach_term(env):
     env.reset(seed=1)
     _, r, term, trunc, info = env.step(np.array([0, 0, 1, 0, -1], np.float32))

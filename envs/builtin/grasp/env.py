@@ -31,6 +31,7 @@ EE_LINK, FINGERS, ARM_JOINTS = 11, (9, 10), tuple(range(7))
 REST = (0.0, -0.3, 0.0, -2.2, 0.0, 2.0, 0.785)
 TIME_STEP = 1.0 / 240.0
 EE_DIM, OBJ_DIM = 7, 13
+RESET_ATTEMPTS = 3               # fresh PyBullet worlds tried before a reset gives up
 
 # Env reward weights (robosuite Lift's staged reward, per object, the best object counts).
 REACH_W, GRASP_W, LIFT_W = 0.1, 0.35, 0.65
@@ -100,8 +101,29 @@ class Grasp(gym.Env):
     # -- gymnasium ----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        if self._p is None:
-            self._connect()
+        # PyBullet now and then blows up on one of random_urdfs' meshes (NaN poses after the
+        # objects settle: seen once in ~15k episodes). The world is then rebuilt from scratch
+        # and the tray drawn anew, rather than handing NaN to the learner.
+        for _ in range(RESET_ATTEMPTS):
+            if self._p is None:
+                self._connect()
+            obs, quantities = self._build()
+            if np.isfinite(obs).all():
+                return obs, self._info(quantities)
+            self._disconnect()
+        raise EnvError(f"grasp: the PyBullet simulation gave a non-finite observation after {RESET_ATTEMPTS} fresh "
+                       f"starts (objects {self._numbers}); leave these objects out of `objects`.")
+
+    def _disconnect(self) -> None:
+        if self._p is not None:
+            try:
+                self._p.disconnect()
+            except pybullet.error:
+                pass
+        self._p, self._bodies = None, []
+
+    def _build(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Objects drawn and dropped on the tray, the arm near home: the first observation."""
         p, rng = self._p, self.np_random
         for body in self._bodies:
             p.removeBody(body)
@@ -138,7 +160,8 @@ class Grasp(gym.Env):
         self._steps = 0
         self._reached = self._grasped = self._lifted = False
         obs, quantities = self._observe()
-        return obs, self._info(quantities)
+        self._last_obs = obs
+        return obs, quantities
 
     def step(self, action):
         a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
@@ -151,6 +174,14 @@ class Grasp(gym.Env):
             self._p.stepSimulation()
         self._steps += 1
         obs, q = self._observe()
+        if not np.isfinite(obs).all():
+            # A blow-up mid-episode: the episode is cut short on its last sound observation, and
+            # the next reset starts a fresh world (see reset).
+            self._disconnect()
+            info = {"sim_blowup": 1.0, "reached": float(self._reached), "grasp_made": float(self._grasped),
+                    "is_success": float(self._lifted), "objects": list(self._numbers)}
+            return self._last_obs, 0.0, False, True, info
+        self._last_obs = obs
         reach = REACH_W * (1.0 - np.tanh(10.0 * q["dist"]))
         held = q["grasped"].astype(np.float64)
         lift = held * (GRASP_W + LIFT_W * np.clip(q["height"] / self.lift_height, 0.0, 1.0))
@@ -205,12 +236,7 @@ class Grasp(gym.Env):
         return np.asarray(img, dtype=np.uint8).reshape(h, w, 4)[:, :, :3].copy()
 
     def close(self):
-        if self._p is not None:
-            try:
-                self._p.disconnect()
-            except pybullet.error:
-                pass
-            self._p = None
+        self._disconnect()
         super().close()
 
 
