@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             crash = bool((cfg.env.kwargs or {}).get("crash_on_collision", False))
             if crash != args.crash:
                 raise ValueError(f"{run_dir / 'config.yaml'}: env.kwargs.crash_on_collision is {crash}, this report's "
-                                 f"is {args.crash}; pass --crash {'' if crash else 'no more '}to compare like with like")
+                                 f"is {args.crash}; {'pass --crash' if crash else 'leave out --crash'} to compare like with like")
             checkpoint = checkpoint or latest_checkpoint(run_dir)
             if checkpoint is None or not checkpoint.exists():
                 raise RuntimeError(f"{run_dir}: no checkpoint {checkpoint or ''}")
