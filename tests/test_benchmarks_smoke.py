@@ -5,6 +5,7 @@ the tests that need them skip where it is not installed.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -148,6 +149,25 @@ def test_throughput_markdown_with_missing_parts():
                            "iterations": 1, "warmup": 1, "raw_seconds": 1, "sample_seconds": 1}}
     md = throughput.render_markdown(report)
     assert "| Hopper-v5 | 85% | met | 90% | met |" in md and "RuntimeError: no" in md
+
+
+def test_throughput_sampling_rows_with_more_copies_per_worker():
+    """--sampling-copies: the training runs' count is the plain 'sampling' entry, others get
+    their own key, ratio to raw and row in the copies table."""
+    assert throughput.sampling_key(throughput.SETTINGS.envs_per_worker) == "sampling"
+    assert throughput.sampling_key(8) == "sampling_x8"
+    cfg = validate(throughput.hdppo_config_dict("Hopper-v5", "central", 8000, settings=dataclasses.replace(
+        throughput.SETTINGS, envs_per_worker=8)))
+    assert cfg.layers[0].dppo.num_envs_per_worker == 8
+    e = {"raw": {"steps_per_s": 1000.0}, "sampling": {"env_steps_per_s": 700.0},
+         "sampling_x8": {"env_steps_per_s": 820.0, "envs_per_worker": 8}}
+    e["ratios"] = throughput.ratios(e)
+    assert e["ratios"]["sampling_over_raw"] == 0.7 and e["ratios"]["sampling_x8_over_raw"] == 0.82
+    report = {"machine": __import__("machine").machine_info(), "command": "x", "results": {"Hopper-v5": e},
+              "settings": {"quick": False, "describe": "d", "ray_cpus": 2, "num_workers": 2, "envs_per_worker": 4,
+                           "iterations": 1, "warmup": 1, "raw_seconds": 1, "sample_seconds": 1}}
+    md = throughput.render_markdown(report)
+    assert "| Hopper-v5 | 4 | 700 | 70% | NOT met |" in md and "| Hopper-v5 | 8 | 820 | 82% | met |" in md
 
 
 def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
