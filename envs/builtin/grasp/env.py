@@ -101,9 +101,9 @@ class Grasp(gym.Env):
     # -- gymnasium ----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        # PyBullet now and then blows up on one of random_urdfs' meshes (NaN poses after the
-        # objects settle: seen once in ~15k episodes). The world is then rebuilt from scratch
-        # and the tray drawn anew, rather than handing NaN to the learner.
+        # PyBullet can blow up on one of random_urdfs' meshes (NaN poses after the objects
+        # settle: seen once, at a reset about 117k env steps into a training run). The world is
+        # then rebuilt from scratch and the tray drawn anew, rather than handing NaN to the learner.
         for _ in range(RESET_ATTEMPTS):
             if self._p is None:
                 self._connect()

@@ -55,7 +55,7 @@ class ScriptedPick:
         self.last_z: float | None = None
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        rel = np.asarray(obs[7:10], dtype=np.float64)   # object 0 relative to the ee
+        rel = np.asarray(obs[_REL], dtype=np.float64)   # object 0 relative to the ee
         a = np.zeros(5, np.float32)
         if self.closed_for >= 0:
             self.closed_for += 1
