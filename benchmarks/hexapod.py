@@ -12,8 +12,11 @@ step's info is recorded, so that per episode:
 * **goals** (``task='goal'``: the route hierarchy, the flat baseline): share of episodes that
   reach the goal 2-4 m away (within 0.4 m) inside 20 s;
 * **push recovery**: for each push, the steps until the body is back within bounds of where it
-  was before the push (its mean over the 1 s before: height over the terrain within 3 cm, tilt
-  within 0.1 rad, planar velocity within 0.25 m/s) and stays so for 0.2 s; in gait cycles, the
+  was before the push (its mean over the 1 s before: height over the terrain within 3 cm and tilt
+  within 0.1 rad, the issue's "body height and orientation") and stays so for 0.2 s. A stricter
+  measure is reported beside it, which also asks the planar velocity back within 0.25 m/s: a
+  walker that re-plans after a shove (a route layer picking a new waypoint) changes its velocity
+  on purpose, so velocity mixes balance with intent and is not the target's measure. In gait cycles, the
   steps over the episode's measured stride period (median time between two touchdowns of the
   same foot, each after at least 2 steps in the air), or over a 0.5 s reference period where
   the robot took fewer than 3 strides. A push is not recovered when the robot falls, the
@@ -65,12 +68,14 @@ def gait_period(contacts: np.ndarray, dt: float, air: int = 2) -> float | None:
     return float(np.median(strides)) * dt if len(strides) >= 3 else None
 
 
-def push_recoveries(infos: list[dict], dt: float, window: int | None = None) -> tuple[list[int | None], int]:
+def push_recoveries(infos: list[dict], dt: float, window: int | None = None,
+                    velocity: bool = False) -> tuple[list[int | None], int]:
     """Steps from each push until recovered (see the module docstring), None if never; and how
     many pushes were censored, left out of that list: not recovered yet when the episode ended
     by reaching its goal, fewer than ``window`` steps after the push (the goal task ends on
     arrival, so a robot that gets there fast would otherwise be charged for the pushes it had no
-    time left to recover from)."""
+    time left to recover from). Recovered: height and tilt back within bounds; with
+    ``velocity``, the planar velocity too (the stricter measure)."""
     n = len(infos)
     height = np.array([i["body_height"] for i in infos])
     tilt = np.array([i["tilt"] for i in infos])
@@ -87,8 +92,9 @@ def push_recoveries(infos: list[dict], dt: float, window: int | None = None) -> 
         if k - lo < 2:
             continue   # no "before" to return to
         h0, t0, v0 = height[lo:k].mean(), tilt[lo:k].mean(), vel[lo:k].mean(0)
-        ok = ((np.abs(height - h0) < RECOVERY["height"]) & (np.abs(tilt - t0) < RECOVERY["tilt"])
-              & (np.linalg.norm(vel - v0, axis=1) < RECOVERY["velocity"]) & ~fell)
+        ok = (np.abs(height - h0) < RECOVERY["height"]) & (np.abs(tilt - t0) < RECOVERY["tilt"]) & ~fell
+        if velocity:
+            ok &= np.linalg.norm(vel - v0, axis=1) < RECOVERY["velocity"]
         steps = None
         for s in range(k, end - hold + 1):
             if fell[s]:
@@ -114,12 +120,15 @@ def episode_metrics(infos: list[dict], dt: float) -> dict:
     cycle = period or REFERENCE_GAIT_S
     window = int(np.ceil(3.0 * cycle / dt)) + max(1, int(round(RECOVERY["hold_s"] / dt)))
     rec, censored = push_recoveries(infos, dt, window)
+    rec_v, censored_v = push_recoveries(infos, dt, window, velocity=True)
     return {"steps": len(infos), "fell": bool(any(i["fell"] for i in infos)),
             "success": bool(any(i["is_success"] for i in infos)),
             "tracking_error": float(track[calm].mean()) if calm.any() else None,
             "yaw_rate_error": float(yaw_err[calm].mean()) if calm.any() else None,
             "gait_period_s": period, "recovery_steps": rec, "pushes_censored": censored,
             "recovery_cycles": [None if r is None else r * dt / cycle for r in rec],
+            "pushes_censored_velocity": censored_v,
+            "recovery_cycles_velocity": [None if r is None else r * dt / cycle for r in rec_v],
             "distance": float(np.linalg.norm(infos[-1]["position"] - infos[0]["position"]))}
 
 
@@ -214,12 +223,17 @@ def summarize(eps: list[dict]) -> dict:
     rec = [r for e in eps for r in e["recovery_cycles"]]
     rec_steps = [r for e in eps for r in e["recovery_steps"] if r is not None]
     within = sum(1 for r in rec if r is not None and r <= 3.0)
+    rec_v = [r for e in eps for r in e["recovery_cycles_velocity"]]
+    within_v = sum(1 for r in rec_v if r is not None and r <= 3.0)
     track = [e["tracking_error"] for e in eps if e["tracking_error"] is not None]
     yaw = [e["yaw_rate_error"] for e in eps if e["yaw_rate_error"] is not None]
     periods = [e["gait_period_s"] for e in eps if e["gait_period_s"] is not None]
     return {"episodes": n, "falls": falls / n, "falls_ci95": wilson(falls, n), "goals": goals / n,
             "goals_ci95": wilson(goals, n), "pushes": len(rec), "pushes_censored": sum(e["pushes_censored"] for e in eps), "push_recovered_3_cycles": within / len(rec) if rec else None,
-            "push_recovered_3_cycles_ci95": wilson(within, len(rec)), "push_recovered_any": sum(r is not None for r in rec) / len(rec) if rec else None,
+            "push_recovered_3_cycles_ci95": wilson(within, len(rec)),
+            "pushes_velocity": len(rec_v), "pushes_censored_velocity": sum(e["pushes_censored_velocity"] for e in eps),
+            "push_recovered_3_cycles_velocity": within_v / len(rec_v) if rec_v else None,
+            "push_recovered_3_cycles_velocity_ci95": wilson(within_v, len(rec_v)), "push_recovered_any": sum(r is not None for r in rec) / len(rec) if rec else None,
             "recovery_steps_median": float(np.median(rec_steps)) if rec_steps else None,
             "recovery_cycles_median": float(np.median([r for r in rec if r is not None])) if any(r is not None for r in rec) else None,
             "tracking_error": float(np.mean(track)) if track else None, "yaw_rate_error": float(np.mean(yaw)) if yaw else None,
@@ -240,13 +254,15 @@ def _ci(s, key):
 
 def table(name: str, res: dict, goal: bool) -> list[str]:
     head = "| terrain | episodes | falls [95% CI] | " + ("goals [95% CI] | " if goal else "tracking error (m/s) | yaw-rate error (rad/s) | ") + \
-        "pushes | recovered <= 3 cycles [95% CI] | recovered at all | median recovery (steps / cycles) | gait period (s) | stepping episodes | mean distance (m) |"
+        "pushes | recovered <= 3 cycles [95% CI] | with velocity too [95% CI] | recovered at all | median recovery (steps / cycles) | gait period (s) | stepping episodes | mean distance (m) |"
     lines = [f"### {name}", "", head, "|" + "---|" * (head.count("|") - 1)]
     for terrain, s in res.items():
         mid = f"{_ci(s, 'goals')} | " if goal else f"{_f(s['tracking_error'])} | {_f(s['yaw_rate_error'])} | "
         cens = f" (+{s['pushes_censored']} censored)" if s.get("pushes_censored") else ""
         lines.append(f"| {terrain} | {s['episodes']} | {_ci(s, 'falls')} | {mid}{s['pushes']}{cens} | "
-                     f"{_ci(s, 'push_recovered_3_cycles') if s['pushes'] else 'n/a'} | {_f(s['push_recovered_any'], True)} | "
+                     f"{_ci(s, 'push_recovered_3_cycles') if s['pushes'] else 'n/a'} | "
+                     f"{_ci(s, 'push_recovered_3_cycles_velocity') if s.get('pushes_velocity') else 'n/a'} | "
+                     f"{_f(s['push_recovered_any'], True)} | "
                      f"{_f(s['recovery_steps_median'], nd=0)} / {_f(s['recovery_cycles_median'], nd=2)} | "
                      f"{_f(s['gait_period_s'], nd=2)} | {_f(s['stepping_episodes'], True)} | {_f(s['distance_mean'], nd=2)} |")
     return lines + [""]
@@ -261,8 +277,9 @@ def verdicts(results: dict) -> list[str]:
         f = rough["falls"]
         out.append(f"- {name}: falls on gravel {_f(f, True)} (target < 5%): {'met' if f < TARGETS['falls_rough'] else 'NOT met'}")
         p = rough["push_recovered_3_cycles"]
-        out.append(f"- {name}: pushes recovered within 3 gait cycles on gravel {_f(p, True)} (target >= 90%): "
-                   f"{'n/a' if p is None else ('met' if p >= TARGETS['push_recovered_3_cycles'] else 'NOT met')}")
+        out.append(f"- {name}: pushes recovered (height and tilt) within 3 gait cycles on gravel {_f(p, True)} "
+                   f"(target >= 90%): {'n/a' if p is None else ('met' if p >= TARGETS['push_recovered_3_cycles'] else 'NOT met')}; "
+                   f"with velocity too {_f(rough.get('push_recovered_3_cycles_velocity'), True)}")
         if name not in ("walk", "scripted gait (velocity)"):
             g = rough["goals"]
             out.append(f"- {name}: goals reached on gravel {_f(g, True)} (target >= 80%): "
@@ -317,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
              machine_line(report["machine"]), "", f"Command: `{report['command']}`", "",
              f"Runs: {', '.join(f'{n}: `{p}`' for n, p in runs)}. {episodes} deterministic episodes of "
              f"{'100' if args.quick else '500'} steps (20 s) per terrain at difficulty {args.difficulty}, pushes of 1.0 m/s "
-             "every 5 s. Push recovery bounds: height within 3 cm, tilt within 0.1 rad, planar velocity within 0.25 m/s "
-             "of the second before the push, held 0.2 s; gait cycle = the episode's median stride period "
+             "every 5 s. Push recovery bounds: height within 3 cm and tilt within 0.1 rad of the second before the "
+             "push, held 0.2 s (the target's measure); 'with velocity too' also asks the planar velocity back within "
+             "0.25 m/s (stricter: a walker that re-plans after a push changes its velocity on purpose); gait cycle = the episode's median stride period "
              f"(or {REFERENCE_GAIT_S} s where the robot took fewer than 3 strides).",
              "" if not scripted else "Scripted rows: the env's tripod gait generator alone (`action_mode: gait`), its "
              "amplitudes from the command by the measured gains, no residuals and nothing learned; pursuit turns toward "
