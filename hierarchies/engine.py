@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..envs.errors import EnvError
+from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve
 from .spec import LayerSpec
@@ -260,7 +261,8 @@ class Sampler:
         self.copy_steps = 0
         self.t = 1
         if hasattr(venv, "keep_raw"):  # raw observation dicts cost a dict update per copy and step
-            venv.keep_raw = any(s.obs_fn is not None or s.teacher_fn is not None for s in specs)
+            venv.keep_raw = any(s.obs_fn is not None or (s.teacher_fn is not None and not is_vectorized_teacher(s.teacher_fn))
+                                 for s in specs)
 
     # -- inputs ----------------------------------------------------------------------------------
     def _env_part(self, p: _Plan, obs: np.ndarray, state: np.ndarray | None, due: np.ndarray,
@@ -290,6 +292,15 @@ class Sampler:
         order the lanes' decisions are stored in): ``teacher(raw_obs, members, env, **kwargs)``."""
         fn, kwargs = p.spec.teacher_fn, p.spec.cfg.teacher.kwargs  # type: ignore[union-attr]
         n_idx, l_idx = np.nonzero(due)
+        if is_vectorized_teacher(fn):  # type: ignore[arg-type]
+            cmd = self._command_in(p)
+            a = np.asarray(fn(env=self.venv, copies=n_idx, members=[p.members[lane] for lane in l_idx],  # type: ignore[misc]
+                              command=None if cmd is None else cmd[n_idx, l_idx], **kwargs), np.float32)
+            if a.size != len(n_idx) * dim:
+                raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} (vectorised) returned "  # type: ignore[union-attr]
+                               f"{a.shape} for {len(n_idx)} lanes; it must return one row per lane of {dim} value(s) "
+                               "(one index for Discrete, one per entry of MultiDiscrete or Box).")
+            return a.reshape(len(n_idx), dim)
         out = np.zeros((len(n_idx), dim), np.float32)
         for k, (n, lane) in enumerate(zip(n_idx, l_idx)):
             members = [self.venv.agents[a] for a in p.members[lane]]

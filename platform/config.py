@@ -457,7 +457,9 @@ class TeacherSpec(_Strict):
     policy: str = Field(
         ..., description="'package.module:function' called as f(raw_obs, members, env, **kwargs) for each decision "
         "of the layer: the copy's raw observations (agent -> observation), the lane's agents and the copy's env, "
-        "the same arguments as an observation.source function; returns the action in the layer's action space.",
+        "the same arguments as an observation.source function; returns the action in the layer's action space. A "
+        "function marked @hdppo.envs.teachers.vectorized_teacher is called once per step for all lanes instead "
+        "(f(env=, copies=, members=, command=, **kwargs)), which natively vectorised envs need.",
         json_schema_extra={"examples": ["hdppo.envs.builtin.fab:rule_teacher"]})
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the teacher function.")
     coeff: float = Field(1.0, ge=0.0, description="Weight of the teacher's negative log-likelihood at the start.")

@@ -185,6 +185,53 @@ def test_scripted_opponents_rise_in_strength():
     assert abs(even["win"] - even["loss"]) <= 15, even  # a mirror match: neither side is favoured
 
 
+def test_follow_order_script_carries_out_orders_legally():
+    """follow_order_policy (the control layer's teacher): legal everywhere; under "retreat" it
+    never attacks and never steps away from its own edge; under "advance" on a target squad, a
+    unit that can hit someone of that squad hits someone of that squad; order_teacher returns the
+    same actions for the lanes it is asked about, reading the one-hot order as the reward does."""
+    from hdppo.envs.builtin.skirmish.opponents import follow_order_policy, order_teacher
+    from hdppo.envs.builtin.skirmish.rewards import ORDER_EXTRA
+    from hdppo.envs.builtin.skirmish.core import DIRECTIONS
+
+    rng = np.random.default_rng(4)
+    vec = make_vector(16, seed=4, scenario="8v8_mixed", opponent="nearest")
+    vec.reset()
+    b, n, S = vec.battle, vec.battle.n, vec.battle.S
+    hit_target = hit_any = 0
+    for _ in range(40):
+        target, posture, formation = (rng.integers(S, size=(b.N, n)), rng.integers(3, size=(b.N, n)),
+                                      rng.integers(2, size=(b.N, n)))
+        act = follow_order_policy(b, 0, target, posture, formation)
+        live = b.alive[:, :n]
+        assert b.mask[np.arange(b.N)[:, None], np.arange(n)[None], act][live].all()
+        retreat = (posture == 2) & live
+        assert (act[retreat] < ATTACK0).all()
+        moving = retreat & (act >= MOVE0)
+        if moving.any():   # a step toward the own edge (x falls for red) or along it
+            assert (DIRECTIONS[act[moving] - MOVE0][:, 0] <= 1e-9).all()
+        # Attacks under "advance": the enemy squad ordered, whenever one of it is a legal target.
+        slots = np.minimum(b.cand[:, :n, 0, :b.Ke], b.U - 1)
+        legal = b.mask[:, :n, ATTACK0:ATTACK0 + b.Ke]
+        of_target = legal & (b.squad[slots] == target[..., None])
+        attacking = (posture == 0) & live & (act >= ATTACK0) & (act < ATTACK0 + b.Ke) & ~b.can_heal[:n][None]
+        can = attacking & of_target.any(-1)
+        chosen = np.take_along_axis(slots, np.clip(act - ATTACK0, 0, b.Ke - 1)[..., None], -1)[..., 0]
+        hit_target += int((b.squad[chosen] == target)[can].sum())
+        hit_any += int(can.sum())
+        # The teacher, as the engine calls it for some lanes: the one-hots of (target, posture, formation).
+        copies, units = np.nonzero(live)
+        command = np.concatenate([np.eye(S)[target[copies, units]], np.eye(3)[posture[copies, units]],
+                                  np.eye(2)[formation[copies, units]]], 1).astype(np.float32)
+        assert command.shape[1] == S + ORDER_EXTRA
+        got = order_teacher(vec, copies, [[u] for u in units], command)
+        assert np.array_equal(got, act[copies, units])
+        vec.step(act)
+    assert hit_any > 20 and hit_target == hit_any
+    with pytest.raises(ValueError, match="order_teacher: the layer's command has no values"):
+        order_teacher(vec, np.array([0]), [[0]], None)
+
+
 def test_state_is_fixed_order_padded_and_inside_its_space():
     for scenario in SCENARIO_NAMES:
         env = parallel_env(scenario=scenario)

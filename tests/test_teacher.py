@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
+from hdppo.envs.teachers import vectorized_teacher
 from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
 from hdppo.platform.config import validate
 from hdppo.platform.errors import ConfigError
@@ -110,3 +111,97 @@ def test_teacher_errors_name_the_field(tmp_path):
 
 def two_values(raw_obs, members, env):
     return [0, 1]
+
+
+class BatchedClassify:
+    """Classify as a natively vectorised env (``env.type: vector``): N copies as one array, no
+    per-copy Python objects, so a per-lane teacher (which needs raw observations) cannot serve it."""
+
+    def __init__(self, num_envs: int, seed=None, reward: float = 0.0):
+        self.num_envs, self.reward = num_envs, reward
+        self.agents, self.name = ["agent_0"], "batched_classify"
+        self.obs_dim, self.mask_dim, self.state_dim, self.want_state = CLASSES, 0, None, False
+        self.rng = np.random.default_rng(seed)
+        self.k = np.zeros(num_envs, np.int64)
+        self.t = np.zeros(num_envs, np.int64)
+        self.ret = np.zeros(num_envs)
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0.0, 1.0, (CLASSES,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(CLASSES)
+
+    def _view(self):
+        from hdppo.envs.vector import VecObs
+
+        self.k = self.rng.integers(CLASSES, size=self.num_envs)
+        ones = np.ones((self.num_envs, 1), bool)
+        return VecObs(np.eye(CLASSES, dtype=np.float32)[self.k][:, None], ones, ones, None, None)
+
+    def reset(self, seed=None):
+        self.t[:] = 0
+        self.ret[:] = 0.0
+        return self._view()
+
+    def step(self, actions):
+        from hdppo.envs.vector import VecStep
+
+        r = self.reward * (actions[:, 0] == self.k)
+        self.t += 1
+        self.ret += r
+        end = self.t >= STEPS
+        final = np.eye(CLASSES, dtype=np.float32)[self.k][:, None]
+        episodes = [(float(self.ret[i]), STEPS, int(i)) for i in np.flatnonzero(end)]
+        self.t[end], self.ret[end] = 0, 0.0
+        v = self._view()
+        return VecStep(v.obs, v.alive, v.acting, None, None, rewards=r[:, None].astype(np.float64),
+                       terminated=np.zeros((self.num_envs, 1), bool), truncated=end[:, None], final_obs=final,
+                       episode_end=end, episodes=episodes)
+
+    def close(self):
+        pass
+
+
+TEACHER_CALLS: list[tuple] = []   # what the vectorised teacher was handed (the local backend: this process)
+
+
+@vectorized_teacher
+def batched_class_teacher(env, copies, members, command, offset: int = 0):
+    """The right class of every lane that decided, in one call."""
+    TEACHER_CALLS.append((copies.copy(), [list(m) for m in members], command))
+    return (env.k[copies] + offset) % CLASSES
+
+
+@vectorized_teacher
+def batched_one_short(env, copies, members, command):
+    return np.zeros(len(copies) - 1)
+
+
+def _batched_config(teacher: dict, steps: int = 3072) -> dict:
+    cfg = _config(teacher, steps)
+    cfg["env"] = {"type": "vector", "entry_point": "test_teacher:BatchedClassify", "kwargs": {"reward": 0.0}}
+    return cfg
+
+
+def test_a_vectorized_teacher_serves_a_natively_vectorized_env(tmp_path):
+    """A ``@vectorized_teacher`` is called once per step for every copy's lane, with the copies,
+    the lanes' agent indices and no command (a top layer), and teaches as the per-lane one does."""
+    TEACHER_CALLS.clear()
+    cfg = _batched_config({"policy": "test_teacher:batched_class_teacher", "coeff": 1.0, "coeff_final": 1.0,
+                           "anneal": 1.0})
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    assert TEACHER_CALLS, "the vectorised teacher was never called"
+    copies, members, command = TEACHER_CALLS[0]
+    assert list(copies) == [0, 1, 2, 3] and members == [[0]] * 4 and command is None
+    scored = dict(cfg, env={"type": "vector", "entry_point": "test_teacher:BatchedClassify", "kwargs": {"reward": 1.0}})
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+    right = np.mean([e.ret for e in evaluate_episodes(validate(scored), states, 16, seed=11, num_envs=4)])
+    assert right >= 0.9 * STEPS, right
+
+
+def test_a_vectorized_teacher_of_the_wrong_size_is_named(tmp_path):
+    cfg = _batched_config({"policy": "test_teacher:batched_one_short"}, steps=512)
+    with pytest.raises(Exception, match=r"teacher.policy: test_teacher:batched_one_short \(vectorised\) returned "
+                                        r"\(3,\) for 4 lanes"):
+        Trainer(validate(cfg), tmp_path / "run", quiet=True).train()

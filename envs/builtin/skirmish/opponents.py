@@ -26,7 +26,9 @@ from typing import Callable
 
 import numpy as np
 
+from ...teachers import vectorized_teacher
 from .core import ATTACK0, DIRECTIONS, MOVE0, NOOP, Battle, RewardWeights
+from .rewards import ORDER_EXTRA
 from .scenarios import MELEE, RANGED, Scenario, get_scenario
 
 Policy = Callable[[Battle, int, np.random.Generator], np.ndarray]
@@ -105,25 +107,60 @@ def _first(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def focus_kite_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
     """Focus fire on the weakest reachable enemy, kite enemy melee with ranged units and healers,
     heal the most hurt ally (see the module docstring)."""
-    b = battle
+    return _focus_kite(battle, team)
+
+
+# follow_order: a unit this far from its squad's centroid under a tight formation walks back to it
+# (the command-following reward's radius).
+TIGHT_RADIUS = 3.0
+# follow_order: a target outside the ordered squad costs this much hp in the choice of whom to hit.
+OFF_TARGET_HP = 1000.0
+
+
+def follow_order_policy(battle: Battle, team: int, target: np.ndarray, posture: np.ndarray,
+                        formation: np.ndarray) -> np.ndarray:
+    """``focus_kite`` carrying out a squad's orders, per unit ``[N, n]``: attack the lowest-hp enemy in
+    range, one of the ``target`` enemy squad first; under posture 0 (advance) walk toward that
+    squad's weakest unit (counting distance, as ``focus_kite`` picks its prey), under 1 (hold) stay,
+    under 2 (retreat) walk toward the own map edge instead of attacking or healing; under formation 0 (tight)
+    walk back to the squad's centroid when farther than ``TIGHT_RADIUS``. Kiting, healing and the
+    ranged units' hold while reloading are ``focus_kite``'s. The order layout is
+    :mod:`.rewards`' ``skirmish_follow_order``: this is the teacher of a control layer under a
+    squad layer (:func:`order_teacher`)."""
+    return _focus_kite(battle, team, (np.asarray(target), np.asarray(posture), np.asarray(formation)))
+
+
+def _focus_kite(b: Battle, team: int, order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """``focus_kite``, or with ``order`` = (target squad, posture, formation) ``[N, n]`` each,
+    :func:`follow_order_policy`."""
     own, other, d_foe, _ = _sides(b, team)
     mask = b.mask[:, own]
     N, U, Ke, Ka = b.N, b.U, b.Ke, b.Ka
     base = (np.arange(N) * U)[:, None, None]
     cand = np.minimum(b.cand[:, own], U - 1)                                 # empty slots are masked out below
     frac = b.hp / b.hp_max
-    # Attack: the lowest-hp enemy among the legal targets; heal: the lowest hp fraction.
+    # Attack: the lowest-hp enemy among the legal targets (the ordered squad's first); heal: the
+    # lowest hp fraction.
     att_mask, heal_mask = mask[..., ATTACK0:ATTACK0 + Ke], mask[..., ATTACK0 + Ke:]
-    att = np.argmin(np.where(att_mask, b.hp.take(base + cand[:, :, 0, :Ke]), np.inf), -1)
+    foes = cand[:, :, 0, :Ke]
+    att_score = b.hp.take(base + foes)
+    if order is not None:
+        att_score = att_score + OFF_TARGET_HP * (b.squad[foes] != order[0][..., None])
+    att = np.argmin(np.where(att_mask, att_score, np.inf), -1)
     heal = np.argmin(np.where(heal_mask, frac.take(base + cand[:, :, 1, :Ka]), np.inf), -1)
     can_att, can_heal = att_mask.any(-1), heal_mask.any(-1)
 
     foe_alive = b.alive[:, None, other]                                      # [N, 1, n]
     live = b.alive[:, own]
     # Whom to walk to: the team's prey, the weakest enemy counting its distance from the team
-    # (so that everyone converges on one), then from the unit.
+    # (so that everyone converges on one), then from the unit; under orders, within the target
+    # squad while it has anyone standing.
     team_d = (d_foe * live[..., None]).sum(1, keepdims=True) / np.maximum(live.sum(1), 1)[:, None, None]
-    score = np.where(foe_alive, b.hp[:, None, other] + HP_PER_TEAM_DISTANCE * team_d + HP_PER_OWN_DISTANCE * d_foe,
+    preyable = foe_alive
+    if order is not None:
+        in_target = b.squad[other][None, None, :] == order[0][..., None]    # [N, n, n]
+        preyable = foe_alive & np.where((foe_alive & in_target).any(-1, keepdims=True), in_target, True)
+    score = np.where(preyable, b.hp[:, None, other] + HP_PER_TEAM_DISTANCE * team_d + HP_PER_OWN_DISTANCE * d_foe,
                      np.inf)
     vx, vy = _toward(b, own, np.argmin(score, -1) + other.start, score.min(-1) < np.inf)
     # Kiting: away from the nearest enemy melee unit within KITE_DISTANCE (ranged units and healers).
@@ -143,9 +180,24 @@ def focus_kite_policy(battle: Battle, team: int, rng: np.random.Generator) -> np
     cx = (b.x[:, own] * live).sum(1, keepdims=True) / count - b.x[:, own]
     cy = (b.y[:, own] * live).sum(1, keepdims=True) / count - b.y[:, own]
     healer = b.can_heal[own][None, :]
+    if order is not None:
+        _, posture, formation = order
+        # Tight: back to the squad's centroid when strayed; retreat: toward the own edge; hold: stay.
+        same = (b.squad[own][:, None] == b.squad[own][None, :])[None] & live[:, None, :]     # [N, n, n]
+        size = np.maximum(same.sum(-1), 1)
+        sx = (same * b.x[:, None, own]).sum(-1) / size - b.x[:, own]
+        sy = (same * b.y[:, None, own]).sum(-1) / size - b.y[:, own]
+        strayed = (formation == 0) & (np.hypot(sx, sy) > TIGHT_RADIUS)
+        vx, vy = np.where(strayed, sx, vx), np.where(strayed, sy, vy)
+        holding = holding | ((posture == 1) & ~strayed)
     vx = np.where(fleeing, -ax, np.where(healer, np.where(any_hurt, px, cx), vx))
     vy = np.where(fleeing, -ay, np.where(healer, np.where(any_hurt, py, cy), vy))
-    move = np.where(holding, NOOP, _walk(b, own, vx, vy))
+    if order is not None:  # retreat: everyone (healers and kiters too) walks to the own edge, no attacks
+        retreat = order[1] == 2
+        vx, vy = np.where(retreat, b.base_dir[own][None, :], vx), np.where(retreat, 0.0, vy)
+        holding, fleeing = holding & ~retreat, fleeing & ~retreat
+        can_att, can_heal = can_att & ~retreat, can_heal & ~retreat
+    move = np.where(holding & ~fleeing, NOOP, _walk(b, own, vx, vy))
     out = np.where(can_att, ATTACK0 + att, move)
     return np.where(healer & can_heal, ATTACK0 + Ke + heal, out)
 
@@ -192,3 +244,23 @@ def play(red: str, blue: str, scenario: str | Scenario = "8v8_mixed", games: int
     win, loss = int((outcome > 0).sum()), int((outcome < 0).sum())
     return {"games": games, "win": win, "loss": loss, "draw": games - win - loss, "win_rate": win / games,
             "mean_steps": float(steps.mean()), "kills": float(kills.mean()), "losses": float(losses.mean())}
+
+
+@vectorized_teacher
+def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np.ndarray | None,
+                  **_) -> np.ndarray:
+    """``teacher.policy`` of a control layer under a squad layer (kickstarting): for each unit that
+    decided, :func:`follow_order_policy`'s action for the order it received (the one-hots of
+    ``MultiDiscrete([S, 3, 2])``, as ``skirmish_follow_order`` reads them). ``env``: the batched
+    :class:`~.vector.SkirmishVector` (``env.type: vector``); red is team 0."""
+    b = env.battle
+    if command is None or command.shape[1] != b.S + ORDER_EXTRA:
+        raise ValueError(f"skirmish order_teacher: the layer's command has "
+                         f"{'no' if command is None else command.shape[1]} values; it must be a squad layer's order, "
+                         f"the one-hots of MultiDiscrete([{b.S}, 3, 2]) ({b.S + ORDER_EXTRA} values)")
+    units = np.fromiter((m[0] for m in members), np.int64, len(members))
+    S = b.S
+    order = [np.zeros((b.N, b.n), np.int64) for _ in range(3)]
+    for k, (lo, hi) in enumerate(((0, S), (S, S + 3), (S + 3, S + ORDER_EXTRA))):
+        order[k][copies, units] = np.argmax(command[:, lo:hi], 1)
+    return follow_order_policy(b, 0, *order)[copies, units]
