@@ -325,3 +325,27 @@ def test_scripted_pilots():
         assert runs[pilot]["reach_share"] > 0.9 and runs[pilot]["collision_rate"] < 0.05, (pilot, runs[pilot])
     with pytest.raises(ValueError, match="observed_field"):
         fly("nope", "8_medium", episodes=1)
+
+
+def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_path):
+    """benchmarks/swarm.py --crash: the scripted rows fly with crash_on_collision (recorded in the
+    report's settings), and a run trained without crashes is refused by name, not compared."""
+    import json
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import swarm as bench
+
+    run = tmp_path / "no_crash"
+    run.mkdir()
+    cfg = load_config(ROOT / "configs" / "swarm_flat.yaml")
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    out = tmp_path / "report"
+    assert bench.main(["--quick", "--crash", "--only", "scripted,flat", "--run", f"flat={run}",
+                       "--episodes", "4", "--scenarios", "8_medium", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["settings"]["crash_on_collision"] is True and report["scripted"]
+    err = report["trained"]["flat"]["error"]
+    assert "crash_on_collision is False" in err and "leave out --crash" in err and str(run) in err
