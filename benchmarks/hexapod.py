@@ -233,7 +233,10 @@ def summarize(eps: list[dict]) -> dict:
             "push_recovered_3_cycles_ci95": wilson(within, len(rec)),
             "pushes_velocity": len(rec_v), "pushes_censored_velocity": sum(e["pushes_censored_velocity"] for e in eps),
             "push_recovered_3_cycles_velocity": within_v / len(rec_v) if rec_v else None,
-            "push_recovered_3_cycles_velocity_ci95": wilson(within_v, len(rec_v)), "push_recovered_any": sum(r is not None for r in rec) / len(rec) if rec else None,
+            "push_recovered_3_cycles_velocity_ci95": wilson(within_v, len(rec_v)),
+            # How many pushes took the body out of the height and tilt bounds at all (not back at once).
+            "pushes_out_of_bounds": sum(1 for r in rec if r is None or r > 0) / len(rec) if rec else None,
+            "push_recovered_any": sum(r is not None for r in rec) / len(rec) if rec else None,
             "recovery_steps_median": float(np.median(rec_steps)) if rec_steps else None,
             "recovery_cycles_median": float(np.median([r for r in rec if r is not None])) if any(r is not None for r in rec) else None,
             "tracking_error": float(np.mean(track)) if track else None, "yaw_rate_error": float(np.mean(yaw)) if yaw else None,
@@ -254,12 +257,13 @@ def _ci(s, key):
 
 def table(name: str, res: dict, goal: bool) -> list[str]:
     head = "| terrain | episodes | falls [95% CI] | " + ("goals [95% CI] | " if goal else "tracking error (m/s) | yaw-rate error (rad/s) | ") + \
-        "pushes | recovered <= 3 cycles [95% CI] | with velocity too [95% CI] | recovered at all | median recovery (steps / cycles) | gait period (s) | stepping episodes | mean distance (m) |"
+        "pushes | out of bounds at all | recovered <= 3 cycles [95% CI] | with velocity too [95% CI] | recovered at all | median recovery (steps / cycles) | gait period (s) | stepping episodes | mean distance (m) |"
     lines = [f"### {name}", "", head, "|" + "---|" * (head.count("|") - 1)]
     for terrain, s in res.items():
         mid = f"{_ci(s, 'goals')} | " if goal else f"{_f(s['tracking_error'])} | {_f(s['yaw_rate_error'])} | "
         cens = f" (+{s['pushes_censored']} censored)" if s.get("pushes_censored") else ""
         lines.append(f"| {terrain} | {s['episodes']} | {_ci(s, 'falls')} | {mid}{s['pushes']}{cens} | "
+                     f"{_f(s.get('pushes_out_of_bounds'), True)} | "
                      f"{_ci(s, 'push_recovered_3_cycles') if s['pushes'] else 'n/a'} | "
                      f"{_ci(s, 'push_recovered_3_cycles_velocity') if s.get('pushes_velocity') else 'n/a'} | "
                      f"{_f(s['push_recovered_any'], True)} | "
@@ -279,7 +283,8 @@ def verdicts(results: dict) -> list[str]:
         p = rough["push_recovered_3_cycles"]
         out.append(f"- {name}: pushes recovered (height and tilt) within 3 gait cycles on gravel {_f(p, True)} "
                    f"(target >= 90%): {'n/a' if p is None else ('met' if p >= TARGETS['push_recovered_3_cycles'] else 'NOT met')}; "
-                   f"with velocity too {_f(rough.get('push_recovered_3_cycles_velocity'), True)}")
+                   f"with velocity too {_f(rough.get('push_recovered_3_cycles_velocity'), True)}; "
+                   f"{_f(rough.get('pushes_out_of_bounds'), True)} of pushes left the height and tilt bounds at all")
         if name not in ("walk", "scripted gait (velocity)"):
             g = rough["goals"]
             out.append(f"- {name}: goals reached on gravel {_f(g, True)} (target >= 80%): "

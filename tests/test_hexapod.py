@@ -359,3 +359,4 @@ def test_benchmark_reports_both_recovery_measures(tmp_path):
     assert bench.main(["--scripted", "--quick", "--terrains", "gravel", "--out", str(tmp_path / "hex")]) == 0
     md = (tmp_path / "hex.md").read_text()
     assert "with velocity too [95% CI]" in md and "pushes recovered (height and tilt)" in md
+    assert "out of bounds at all" in md and "left the height and tilt bounds at all" in md
