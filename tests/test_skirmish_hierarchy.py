@@ -37,6 +37,9 @@ def test_preset_shape(preset):
     assert cfg.env.kwargs == {"scenario": "8v8_mixed", "opponent": "focus_kite"}
     if "strategy" in PRESETS[preset]:
         assert cfg.layer("squad").reward.intrinsic_fn == "skirmish_squad_objective"
+        # The control layer is kickstarted from focus_kite under its squad's order, kept at 0.3.
+        teacher = cfg.layer("control").teacher
+        assert teacher.policy == "hdppo.envs.builtin.skirmish.opponents:order_teacher" and teacher.coeff_final == 0.3
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -47,6 +50,8 @@ def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
     logged = (tmp_path / "run" / "metrics.jsonl").read_text()
     for name in PRESETS[preset]:
         assert f'"layer": "{name}", "tag": "losses/approx_kl"' in logged, name
+    if load_config(ROOT / "configs" / preset).layer("control").teacher is not None:
+        assert '"layer": "control", "tag": "losses/teacher_nll"' in logged
     # The game's outcome per layer (the env's episode_metrics) wherever that layer's group saw
     # games end (the control group's small batches may see none).
     ended = [name for name in PRESETS[preset] if f'"layer": "{name}", "tag": "charts/episodic_return"' in logged]
