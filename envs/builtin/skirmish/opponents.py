@@ -28,7 +28,7 @@ import numpy as np
 
 from ...teachers import vectorized_teacher
 from .core import ATTACK0, DIRECTIONS, MOVE0, NOOP, Battle, RewardWeights
-from .rewards import ORDER_EXTRA
+from .rewards import ORDER_EXTRA, TIGHT_RADIUS  # follow_order walks back within the reward's tight radius
 from .scenarios import MELEE, RANGED, Scenario, get_scenario
 
 Policy = Callable[[Battle, int, np.random.Generator], np.ndarray]
@@ -110,9 +110,6 @@ def focus_kite_policy(battle: Battle, team: int, rng: np.random.Generator) -> np
     return _focus_kite(battle, team)
 
 
-# follow_order: a unit this far from its squad's centroid under a tight formation walks back to it
-# (the command-following reward's radius).
-TIGHT_RADIUS = 3.0
 # follow_order: a target outside the ordered squad costs this much hp in the choice of whom to hit.
 OFF_TARGET_HP = 1000.0
 
