@@ -137,15 +137,16 @@ def games_of(episodes) -> dict:
 
 
 def evaluate_checkpoint(cfg, checkpoint: Path, games: int, scenario: str, opponent: str = STRONGEST,
-                        seed: int | None = None) -> dict:
+                        seed: int | None = None, scripted: tuple[str, ...] = ()) -> dict:
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
     from hdppo.platform.evaluation import evaluate_episodes
 
     states = learner_states(load_checkpoint(checkpoint))
     t0 = time.perf_counter()
-    episodes = evaluate_episodes(scenario_config(cfg, scenario, opponent), states, games, seed=seed, num_envs=32)
+    episodes = evaluate_episodes(scenario_config(cfg, scenario, opponent), states, games, seed=seed, num_envs=32,
+                                 scripted=scripted)
     return games_of(episodes) | {"scenario": scenario, "opponent": opponent, "checkpoint": checkpoint.name,
-                                 "wall_s": time.perf_counter() - t0}
+                                 "scripted": list(scripted), "wall_s": time.perf_counter() - t0}
 
 
 def spaced(items: list, k: int) -> list:
@@ -229,6 +230,17 @@ def render_markdown(report: dict) -> str:
                              f"{ev['kills']:.2f} | {ev['losses']:.2f} | {ev['mean_steps']:.0f} | "
                              f"{f'{thr:,.0f}' if thr else '-'} | {met} |")
         lines.append("")
+        rows = [(n, ev) for n, t in trained.items() for ev in t.get("scripted_evaluations", [])]
+        if rows:
+            lines += ["The same trained layers with the taught layer acting by its teacher (`hdppo eval --scripted "
+                      "LAYER`; for the control layer, focus_kite's micro carrying out the squads' orders): whether "
+                      "the orders or their execution hold the win rate back.", "",
+                      "| policy | scripted layer | scenario | win | draw | loss | kills | losses | steps |",
+                      "|---|---|---|---|---:|---:|---:|---:|---:|"]
+            lines += [f"| {n} | {', '.join(ev['scripted'])} | {ev['scenario']} | {pct(ev['win_rate'], ev['win_ci95'])} | "
+                      f"{pct(ev['draw_rate'])} | {pct(ev['loss_rate'])} | {ev['kills']:.2f} | {ev['losses']:.2f} | "
+                      f"{ev['mean_steps']:.0f} |" for n, ev in rows]
+            lines.append("")
         curves = {n: t["win_curve"] for n, t in trained.items() if t.get("win_curve")}
         if curves:
             lines += ["Win rate over training (each checkpoint, fewer games):", "",
@@ -311,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_skirmish"))
     p.add_argument("--out", default=None, help="output stem (default benchmarks/results/skirmish[_quick])")
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
+    p.add_argument("--no-scripted", dest="scripted", action="store_false",
+                   help="skip the rows that play a run's taught layer by its teacher (see the report)")
     args = p.parse_args(argv)
     games = args.games or (8 if args.quick else 200)
     env_steps = args.env_steps or (2_000 if args.quick else 2_000_000)
@@ -367,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
                                       | evaluate_checkpoint(cfg, c, curve_games, TRAIN_SCENARIO)
                                       for c in spaced(list_checkpoints(run_dir), args.curve_points)]
             print(f"[skirmish] {name}: win {entry['evaluations'][0]['win_rate']:.1%} over {games} games", flush=True)
+            taught = [layer.name for layer in cfg.layers if layer.teacher is not None]
+            if taught and args.scripted:
+                # The trained layers above over the taught layer's script (its teacher): whether
+                # the orders or their execution limit the win rate, on both scenarios.
+                entry["scripted_evaluations"] = [evaluate_checkpoint(cfg, last, games, sc, scripted=(taught[-1],))
+                                                 for sc in (TRAIN_SCENARIO, TRANSFER_SCENARIO)]
         except Exception as exc:  # noqa: BLE001 - one failed config is reported, the others still run
             entry["error"] = f"{type(exc).__name__}: {exc}"
             print(f"[skirmish] {name} failed: {entry['error']}", flush=True)

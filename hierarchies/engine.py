@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..envs.errors import EnvError
+from ..envs.errors import ConfigError, EnvError
 from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve
@@ -212,8 +212,19 @@ class Sampler:
     def __init__(self, specs: list[LayerSpec], venv: VectorMultiAgentEnv, policies: dict[str, ActorCritic],
                  obs_norms: dict[str, ObservationNormalizer], tracks: dict[str, Track] | None = None,
                  deterministic: bool = False, bonus: Callable[[str, np.ndarray], np.ndarray] | None = None,
-                 seed: int | None = 0, first: VecObs | None = None, episode_metrics: Sequence[str] | None = None):
+                 seed: int | None = 0, first: VecObs | None = None, episode_metrics: Sequence[str] | None = None,
+                 scripted: Sequence[str] = ()):
         self.specs, self.venv = specs, venv
+        # Layers that act by their teacher (``teacher.policy``) instead of their policy: an
+        # evaluation that asks how the other layers do with the scripted skill beneath them.
+        self.scripted = frozenset(scripted)
+        with_teacher = {s.name for s in specs if s.teacher_fn is not None}
+        for name in self.scripted - with_teacher:
+            known = {s.name for s in specs}
+            raise ConfigError(f"scripted layer {name!r}: " + (
+                f"the config has no such layer (its layers: {', '.join(s.name for s in specs)})." if name not in known
+                else "it has no teacher.policy to act with. Give the layer a `teacher: {policy: module:function}` "
+                     "in the config, or leave it out of the scripted layers."))
         # Info keys recorded per ended episode (None: the env's own declaration), drained by
         # take_episode_infos() with each rollout.
         self.episode_keys = tuple(getattr(venv, "episode_metrics", ()) if episode_metrics is None else episode_metrics)
@@ -261,7 +272,8 @@ class Sampler:
         self.copy_steps = 0
         self.t = 1
         if hasattr(venv, "keep_raw"):  # raw observation dicts cost a dict update per copy and step
-            venv.keep_raw = any(s.obs_fn is not None or (s.teacher_fn is not None and not is_vectorized_teacher(s.teacher_fn))
+            venv.keep_raw = any(s.obs_fn is not None or (s.teacher_fn is not None and not is_vectorized_teacher(s.teacher_fn)
+                                                         and (s.name in self.tracks or s.name in self.scripted))
                                  for s in specs)
 
     # -- inputs ----------------------------------------------------------------------------------
@@ -387,6 +399,8 @@ class Sampler:
                     torch.from_numpy(obs), torch.from_numpy(h_in), self.deterministic,
                     torch.from_numpy(masks) if masks is not None else None,
                     torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None, with_value=False)
+            if p.name in self.scripted:
+                actions = self._teacher(p, due, actions.shape[-1])
             # Where the due lanes' values go: whole rows when every lane is due (a flat run,
             # every step), else the lanes' positions.
             if every:

@@ -80,13 +80,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         from .video import record_video
 
         # One env copy, so its returns may differ a little from the several copies of a plain eval.
-        rec = record_video(cfg, states, args.video, args.episodes, seed=args.seed, fps=args.fps)
+        rec = record_video(cfg, states, args.video, args.episodes, seed=args.seed, fps=args.fps,
+                           scripted=args.scripted)
         returns = rec.returns
         video = {"video": str(args.video), "frames": rec.frames, "size": list(rec.size or ()), "fps": rec.fps,
                  "lengths": rec.lengths}
     else:
-        returns, metrics = evaluate_with_metrics(cfg, states, args.episodes, seed=args.seed)
-    result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns),
+        returns, metrics = evaluate_with_metrics(cfg, states, args.episodes, seed=args.seed, scripted=args.scripted)
+    result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns), "scripted": args.scripted,
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns,
               "episode_metrics": metrics}
     result |= video or {}
@@ -94,6 +95,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+        if args.scripted:
+            print(f"  acting by their teacher.policy, not their weights: {', '.join(args.scripted)}")
         for k, v in metrics.items():
             print(f"  {k}: {v:.3f} (mean per episode)")
         if video:
@@ -232,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
                    ".gif; a hierarchy's frames show the upper layers' commands")
     e.add_argument("--fps", type=float, help="frames a second of the video (default the env's render_fps, else 30)")
     e.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
+    e.add_argument("--scripted", action="append", default=[], metavar="LAYER",
+                   help="the layer acts by its teacher.policy instead of its weights (repeatable): how well the "
+                        "other layers do with the scripted skill")
     e.set_defaults(fn=_cmd_eval)
 
     x = sub.add_parser("export", help="write a layer's deterministic policy as ONNX or TorchScript, with a JSON of its inputs")

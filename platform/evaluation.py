@@ -26,9 +26,10 @@ EVAL_SEED_OFFSET = 999_983
 
 
 def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMultiAgentEnv, first: VecObs,
-                 specs: list[LayerSpec]) -> Sampler:
+                 specs: list[LayerSpec], scripted: Sequence[str] = ()) -> Sampler:
     """A deterministic sampler over ``venv`` (just reset to ``first``) with every layer's weights and
-    frozen observation statistics from ``states`` (layer -> learner state, as in a checkpoint)."""
+    frozen observation statistics from ``states`` (layer -> learner state, as in a checkpoint); the
+    layers in ``scripted`` act by their ``teacher.policy`` instead."""
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
@@ -37,7 +38,7 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
     return Sampler(specs, venv, policies, norms, deterministic=True, first=first,
-                   episode_metrics=cfg.env.episode_metrics)
+                   episode_metrics=cfg.env.episode_metrics, scripted=scripted)
 
 
 def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None) -> list[float]:
@@ -70,12 +71,13 @@ def run_episodes_with_infos(sampler: Sampler, episodes: int) -> list[Episode]:
 
 
 def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None,
-                      num_envs: int = 8) -> list[Episode]:
+                      num_envs: int = 8, scripted: Sequence[str] = ()) -> list[Episode]:
     """As :func:`evaluate` (deterministic actions, the training sampler, ``num_envs`` copies at
-    most), returning each episode with the env's infos of its last step."""
+    most), returning each episode with the env's infos of its last step; ``scripted`` layers act
+    by their teacher."""
     seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
     venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, num_envs)))
-    sampler = eval_sampler(cfg, states, venv, first, specs)
+    sampler = eval_sampler(cfg, states, venv, first, specs, scripted)
     try:
         return run_episodes_with_infos(sampler, episodes)
     finally:
@@ -93,12 +95,12 @@ def episode_metric_means(episodes: list[Episode], keys: Sequence[str]) -> dict[s
 
 
 def evaluate_with_metrics(cfg: Config, states: dict[str, dict[str, Any]], episodes: int,
-                          seed: int | None = None) -> tuple[list[float], dict[str, float]]:
+                          seed: int | None = None, scripted: Sequence[str] = ()) -> tuple[list[float], dict[str, float]]:
     """As :func:`evaluate`, with the means of the env's episode metrics (``env.episode_metrics``,
-    or what the env declares: a game's win rate, for example)."""
+    or what the env declares: a game's win rate, for example); ``scripted`` layers act by their teacher."""
     seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
     venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
-    sampler = eval_sampler(cfg, states, venv, first, specs)
+    sampler = eval_sampler(cfg, states, venv, first, specs, scripted)
     try:
         eps = run_episodes_with_infos(sampler, episodes)
     finally:

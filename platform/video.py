@@ -28,7 +28,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -265,7 +265,7 @@ class Recorder:
     """One env copy with the policies of ``states``; :meth:`run` hands each frame to a sink."""
 
     def __init__(self, cfg: Any, states: dict[str, dict[str, Any]], seed: int | None = None,
-                 overlay: bool = True, max_side: int | None = None):
+                 overlay: bool = True, max_side: int | None = None, scripted: Sequence[str] = ()):
         from .evaluation import EVAL_SEED_OFFSET, eval_sampler
 
         seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
@@ -275,7 +275,7 @@ class Recorder:
         self.sampler = None
         self.venv, first, specs, self.fps = _make_render_env(cfg, seed, self._grab)
         try:
-            self.sampler = eval_sampler(cfg, states, self.venv, first, specs)
+            self.sampler = eval_sampler(cfg, states, self.venv, first, specs, scripted)
         except BaseException:
             self.venv.close()
             raise
@@ -403,13 +403,13 @@ class _Gif:
 
 
 def record_video(cfg: Any, states: dict[str, dict[str, Any]], path: str | Path, episodes: int,
-                 seed: int | None = None, fps: float | None = None) -> Recording:
+                 seed: int | None = None, fps: float | None = None, scripted: Sequence[str] = ()) -> Recording:
     """Record ``episodes`` deterministic episodes into ``path`` (.mp4 or .gif); the file is written
-    only when every frame could be made."""
+    only when every frame could be made. ``scripted`` layers act by their teacher."""
     path = check_output(path)
     if episodes < 1:
         raise ConfigError(f"--video {path}: record at least one episode (--episodes {episodes}).")
-    recorder = Recorder(cfg, states, seed)
+    recorder = Recorder(cfg, states, seed, scripted=scripted)
     try:
         rate = float(fps or recorder.fps)
         path.parent.mkdir(parents=True, exist_ok=True)

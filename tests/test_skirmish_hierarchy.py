@@ -76,6 +76,17 @@ def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
     assert big.layer("squad").agents.squads["squad_1"] == [f"red_{i}" for i in range(5, 10)]
     result = games_of(evaluate_episodes(big, states, 4, num_envs=2))
     assert result["games"] == 4 and result["win"] + result["draw"] + result["loss"] == 4
+    if cfg.layer("control").teacher is not None:
+        # The benchmark's rows with the control layer played by its teacher (focus_kite's micro
+        # under the trained squads' orders), on both scenarios, and their table.
+        from skirmish import evaluate_checkpoint, render_markdown
+
+        last = latest_checkpoint(tmp_path / "run")
+        evs = [evaluate_checkpoint(cfg, last, 4, sc, scripted=("control",)) for sc in ("8v8_mixed", "10v10_mixed")]
+        assert [e["scripted"] for e in evs] == [["control"]] * 2 and all(e["games"] == 4 for e in evs)
+        md = render_markdown({"machine": {"load_avg_1_5_15": [0.0]}, "command": "test", "settings": {"quick": True, "games": 4},
+                              "trained": {"three_layers": {"evaluations": [], "scripted_evaluations": evs}}})
+        assert "| three_layers | control | 10v10_mixed |" in md
     # A video of the batched env (env.type vector): its copies are drawn by render_copy().
     from PIL import Image
 

@@ -205,3 +205,48 @@ def test_a_vectorized_teacher_of_the_wrong_size_is_named(tmp_path):
     with pytest.raises(Exception, match=r"teacher.policy: test_teacher:batched_one_short \(vectorised\) returned "
                                         r"\(3,\) for 4 lanes"):
         Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+
+
+def _trained_briefly(tmp_path, cfg: dict):
+    """A run of a few hundred steps (its policy still near chance) with a teacher in its config."""
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    return learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+
+
+@pytest.mark.parametrize("teacher", ["test_teacher:class_teacher", "test_teacher:batched_class_teacher"])
+def test_a_scripted_layer_acts_by_its_teacher_in_evaluation(tmp_path, teacher):
+    """``scripted=[layer]``: the layer's actions are its teacher's (per-lane and vectorised), so
+    every step is right; the same weights acting themselves are not."""
+    cfg = _config({"policy": teacher, "coeff": 0.1}, steps=512) if teacher.endswith(":class_teacher") \
+        else _batched_config({"policy": teacher, "coeff": 0.1}, steps=512)
+    states = _trained_briefly(tmp_path, cfg)
+    env = dict(cfg["env"], kwargs={"reward": 1.0})
+    scored = validate(dict(cfg, env=env))
+    scripted = [e.ret for e in evaluate_episodes(scored, states, 8, seed=3, num_envs=4, scripted=["control"])]
+    own = [e.ret for e in evaluate_episodes(scored, states, 8, seed=3, num_envs=4)]
+    assert scripted == [float(STEPS)] * 8, scripted
+    assert np.mean(own) < 0.9 * STEPS, own
+
+
+def test_hdppo_eval_scripted_from_the_command_line(tmp_path, capsys):
+    import json
+
+    from hdppo.platform.cli import main
+
+    cfg = _config({"policy": "test_teacher:class_teacher", "coeff": 0.1}, steps=512)
+    cfg["env"]["kwargs"] = {"reward": 1.0}
+    _trained_briefly(tmp_path, cfg)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "4", "--seed", "5", "--scripted", "control", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["scripted"] == ["control"] and out["return_mean"] == STEPS, out
+    # A layer without a teacher, or none of that name, is refused by name.
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "1", "--scripted", "strategy"]) != 0
+    assert "scripted layer 'strategy': the config has no such layer (its layers: control)" in capsys.readouterr().err
+
+
+def test_a_scripted_layer_needs_a_teacher(tmp_path):
+    cfg = _config(None, steps=512)
+    states = _trained_briefly(tmp_path, cfg)
+    with pytest.raises(ConfigError, match=r"scripted layer 'control': it has no teacher.policy to act with"):
+        evaluate_episodes(validate(cfg), states, 1, num_envs=1, scripted=["control"])
