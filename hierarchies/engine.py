@@ -262,8 +262,10 @@ class Sampler:
                                                 s.critic_dim or 0,
                                                 self.hidden[s.name].shape[-1] if s.name in self.hidden else 0,
                                                 dim if s.teacher_fn is not None else 0)
-        self.command_counts = {s.name: np.zeros(s.cfg.action.n or 0, np.int64) for s in specs
-                               if not s.bottom and s.cfg.action.type == "discrete"}
+        # How often each command was chosen (charts/commands): per choice of a discrete command, per
+        # choice of each component of a multidiscrete one (its one-hots side by side).
+        self.command_counts = {s.name: np.zeros(s.cfg.action.command_dim(), np.int64) for s in specs
+                               if not s.bottom and s.cfg.action.type in ("discrete", "multidiscrete")}
         self.env_steps = 0
         # Sample ids (Batch.ids): this sampler's worker incarnation, the number of its first copy,
         # and the env steps each copy has taken (every copy steps together).
@@ -421,10 +423,10 @@ class Sampler:
                     n_idx, l_idx = np.nonzero(due)
                     self.env_act[n_idx, p.lane_slots[l_idx]] = env_vals
             else:
-                self.commands[p.name][lanes] = shaped(command_vectors(p.spec, actions))
+                onehots = command_vectors(p.spec, actions)
+                self.commands[p.name][lanes] = shaped(onehots)
                 if p.name in self.command_counts:
-                    self.command_counts[p.name] += np.bincount(actions[:, 0].astype(np.int64),
-                                                               minlength=len(self.command_counts[p.name]))
+                    self.command_counts[p.name] += onehots.sum(0).astype(np.int64)
             if buf is None:
                 continue
             if every and buf.dense_row >= 0:  # a flat run, every step: the whole previous row closes

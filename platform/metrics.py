@@ -82,8 +82,11 @@ class MetricsWriter:
             self._tb[layer].add_scalar(tag, value, step)
             self._jsonl.write(json.dumps({"step": step, "layer": layer, "tag": tag, "value": float(value), "time": now}) + "\n")
 
-    def command_histogram(self, layer: str, step: int, counts: list[int]) -> None:
-        """How often each command was chosen: a TensorBoard histogram, and fractions as scalars."""
+    def command_histogram(self, layer: str, step: int, counts: list[int], nvec: list[int] | None = None) -> None:
+        """How often each command was chosen: a TensorBoard histogram, and shares as scalars,
+        ``charts/commands/<i>`` for a discrete command; for a multidiscrete one (``nvec``) the share
+        of each choice within its component, ``charts/commands/<component>_<choice>``, and the
+        histogram over the components' choices side by side."""
         import numpy as np
 
         arr = np.asarray(counts, dtype=np.float64)
@@ -91,7 +94,15 @@ class MetricsWriter:
             return
         self._tb[layer].add_histogram(HIST_COMMANDS, np.repeat(np.arange(len(arr)), arr.astype(np.int64)), step,
                                       bins=np.arange(len(arr) + 1) - 0.5)
-        self.scalars(layer, step, {f"{HIST_COMMANDS}/{i}": float(v) for i, v in enumerate(arr / arr.sum())})
+        if not nvec or len(nvec) == 1:
+            self.scalars(layer, step, {f"{HIST_COMMANDS}/{i}": float(v) for i, v in enumerate(arr / arr.sum())})
+            return
+        shares, at = {}, 0
+        for k, n in enumerate(nvec):
+            part = arr[at:at + n]
+            at += n
+            shares |= {f"{HIST_COMMANDS}/{k}_{i}": float(v) for i, v in enumerate(part / max(part.sum(), 1.0))}
+        self.scalars(layer, step, shares)
 
     def coverage(self, layer: str, step: int, points: Any, workers: Any) -> None:
         """The state-coverage picture (hdppo.platform.diagnostics.coverage_image) as an image."""

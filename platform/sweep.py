@@ -130,7 +130,7 @@ def known_metrics() -> set[str]:
 
 
 def check_metric(metric: str) -> None:
-    if metric in known_metrics() or any(re.fullmatch(rf"{re.escape(t)}/(\d+|max)", metric) for t in M.SUFFIXED_TAGS):
+    if metric in known_metrics() or any(re.fullmatch(rf"{re.escape(t)}/(\d+(_\d+)?|max)", metric) for t in M.SUFFIXED_TAGS):
         return
     close = difflib.get_close_matches(metric, sorted(known_metrics()), n=1, cutoff=0.5)
     hint = f" Did you mean '{close[0]}'?" if close else ""

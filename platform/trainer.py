@@ -374,7 +374,8 @@ class Trainer:
                         values = result.metrics
                         self.metrics.scalars(layer, int(group.env_steps), values)
                         if result.command_counts:
-                            self.metrics.command_histogram(layer, int(group.env_steps), result.command_counts)
+                            self.metrics.command_histogram(layer, int(group.env_steps), result.command_counts,
+                                                           self.cfg.layer(layer).action.nvec)
                         if result.coverage is not None:
                             self.metrics.coverage(layer, int(group.env_steps), *result.coverage)
                         self.last[layer] = values

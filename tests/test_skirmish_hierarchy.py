@@ -52,6 +52,17 @@ def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
         assert f'"layer": "{name}", "tag": "losses/approx_kl"' in logged, name
     if load_config(ROOT / "configs" / preset).layer("control").teacher is not None:
         assert '"layer": "control", "tag": "losses/teacher_nll"' in logged
+    # What the squad layer ordered (MultiDiscrete([2, 3, 2])): each component's shares sum to 1.
+    import hdppo.platform.metrics as M
+
+    rows = [r for r in M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+            if r["layer"] == "squad" and r["tag"].startswith("charts/commands/")]
+    assert rows
+    last = max(r["step"] for r in rows)
+    shares = {r["tag"].rsplit("/", 1)[1]: r["value"] for r in rows if r["step"] == last}
+    assert sorted(shares) == ["0_0", "0_1", "1_0", "1_1", "1_2", "2_0", "2_1"]
+    for k, n in enumerate((2, 3, 2)):
+        assert sum(shares[f"{k}_{i}"] for i in range(n)) == pytest.approx(1.0)
     # The game's outcome per layer (the env's episode_metrics) wherever that layer's group saw
     # games end (the control group's small batches may see none).
     ended = [name for name in PRESETS[preset] if f'"layer": "{name}", "tag": "charts/episodic_return"' in logged]

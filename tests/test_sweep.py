@@ -71,10 +71,11 @@ def test_metric_and_layer_checks(tmp_path):
     check_metric(M.CHART_EPISODIC_RETURN)
     check_metric(M.EVAL_RETURN_MEAN)
     check_metric("charts/commands/2")
+    check_metric("charts/commands/1_2")  # a multidiscrete command: component 1, choice 2
     check_metric(f"{M.DIAG_OBS_DIVERGENCE}/max")
     check_metric(f"{M.PERF_WORKER_SAMPLES}/3")
     check_metric(M.DIAG_GRAD_COSINE)
-    for bad in (M.IMG_STATE_COVERAGE, M.DIAG_OBS_DIVERGENCE, "charts/commands/x"):
+    for bad in (M.IMG_STATE_COVERAGE, M.DIAG_OBS_DIVERGENCE, "charts/commands/x", "charts/commands/1_"):
         with pytest.raises(ConfigError):
             check_metric(bad)
     with pytest.raises(ConfigError, match="Did you mean 'charts/episodic_return'"):
