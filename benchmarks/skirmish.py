@@ -4,7 +4,9 @@ against the strongest scripted opponent, beside the scripted players against eac
 What it does, in one run:
 
 1. **scripted table**: every ordered pair of the env's scripted players (``random``, ``nearest``,
-   ``focus_kite``) plays ``--games`` games on each ``--scenarios`` (no learning);
+   ``focus_kite``) plays ``--games`` games on each ``--scenarios`` (no learning), and each scripted
+   commander (``squad_focus``, ``healer_first``: scripted squad orders carried out by focus_kite's
+   micro) plays focus_kite: what orders without learning give;
 2. **training**: ``configs/skirmish_hierarchy.yaml`` (strategy -> squad -> control, three DPPO
    groups), ``configs/skirmish_two_layers.yaml`` (squad -> control) and
    ``configs/skirmish_flat.yaml`` (flat MAPPO, central critic), each with the same total env
@@ -74,16 +76,18 @@ def outcome_table(wins: int, draws: int, losses: int, kills: float, lost: float,
 # ----------------------------------------------------------------------------- scripted players
 
 def scripted_table(games: int, scenarios: list[str], seed: int = 0) -> list[dict]:
-    from hdppo.envs.builtin.skirmish import OPPONENTS, play
+    from hdppo.envs.builtin.skirmish import COMMANDERS, OPPONENTS, play
 
     rows = []
     for scenario in scenarios:
-        for red in OPPONENTS:
-            for blue in OPPONENTS:
-                t0 = time.perf_counter()
-                r = play(red, blue, scenario, games=games, seed=seed)
-                rows.append({"scenario": scenario, "red": red, "blue": blue, "wall_s": time.perf_counter() - t0}
-                            | outcome_table(r["win"], r["draw"], r["loss"], r["kills"], r["losses"], r["mean_steps"]))
+        # Every pairing of the opponents, then each scripted commander (scripted squad orders over
+        # focus_kite's micro: the baseline for learned upper layers) against the strongest.
+        pairs = [(r, b) for r in OPPONENTS for b in OPPONENTS] + [(c, STRONGEST) for c in COMMANDERS]
+        for red, blue in pairs:
+            t0 = time.perf_counter()
+            r = play(red, blue, scenario, games=games, seed=seed)
+            rows.append({"scenario": scenario, "red": red, "blue": blue, "wall_s": time.perf_counter() - t0}
+                        | outcome_table(r["win"], r["draw"], r["loss"], r["kills"], r["losses"], r["mean_steps"]))
     return rows
 
 

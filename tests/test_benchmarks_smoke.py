@@ -190,8 +190,9 @@ def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):
     assert skirmish.spaced(list(range(10)), 4) == [0, 3, 6, 9] and skirmish.spaced([1, 2], 4) == [1, 2]
     assert skirmish.main(["--quick", "--only", "scripted", "--games", "4", "--out", str(tmp_path / "s")]) == 0
     report = json.loads((tmp_path / "s.json").read_text())
-    assert len(report["scripted"]) == 9 and all(r["games"] == 4 for r in report["scripted"])
-    assert "| 3v3 | focus_kite | random |" in (tmp_path / "s.md").read_text()
+    assert len(report["scripted"]) == 9 + 2 and all(r["games"] == 4 for r in report["scripted"])
+    md = (tmp_path / "s.md").read_text()
+    assert "| 3v3 | focus_kite | random |" in md and "| 3v3 | squad_focus | focus_kite |" in md
 
 
 def test_where_time_goes_charges_unowned_time_to_its_callers():

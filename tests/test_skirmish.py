@@ -9,7 +9,7 @@ import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 from conftest import tiny_config
-from hdppo.envs.builtin.skirmish import (OPPONENTS, SCENARIOS, Battle, make_vector, parallel_env, play,
+from hdppo.envs.builtin.skirmish import (COMMANDERS, OPPONENTS, SCENARIOS, Battle, make_vector, parallel_env, play,
                                          squad_summary, squad_view, team_summary, team_view)
 from hdppo.envs.builtin.skirmish.core import ATTACK0, MOVE0, NOOP
 from hdppo.envs.builtin.skirmish.scenarios import UNIT_RADIUS
@@ -154,7 +154,7 @@ def test_dead_units_leave_the_agents_with_a_last_step():
     assert info[before[0]]["outcome"] == -1 and env.last_outcome["losses"] == 8
 
 
-@pytest.mark.parametrize("name", list(OPPONENTS))
+@pytest.mark.parametrize("name", [*OPPONENTS, *COMMANDERS])
 def test_each_scripted_opponent_plays_whole_games_from_either_side(name):
     for scenario in SCENARIO_NAMES:
         env = parallel_env(scenario=scenario, opponent=name)
@@ -183,6 +183,42 @@ def test_scripted_opponents_rise_in_strength():
     assert small["win"] > 3 * small["loss"], small
     even = play("focus_kite", "focus_kite", "8v8_mixed", games=50, seed=16)
     assert abs(even["win"] - even["loss"]) <= 15, even  # a mirror match: neither side is favoured
+
+
+@pytest.mark.parametrize("team", [0, 1])
+def test_commanders_order_every_squad_onto_the_squad_they_pick(team):
+    """squad_focus: every squad advances, tight, on the enemy squad with the least hp left;
+    healer_first: on the one with the most live healers. Each is follow_order_policy under that
+    order, for either team."""
+    from hdppo.envs.builtin.skirmish.opponents import (follow_order_policy, healer_first_policy,
+                                                      squad_focus_policy)
+
+    vec = make_vector(4, seed=8, scenario="8v8_mixed", opponent="nearest")
+    vec.reset()
+    b, n = vec.battle, vec.battle.n
+    enemy = slice((1 - team) * n, (2 - team) * n)
+    sq = b.squad[enemy]
+    # Copy 0: enemy squad 1 badly hurt; copy 1: squad 0 hurt; copies 2, 3: squad 0 lost its healer
+    # and is hurt, so that least hp (squad 0) and most live healers (squad 1) disagree.
+    hp = b.hp[:, enemy]
+    hp[0, sq == 1] *= 0.2
+    hp[1, sq == 0] *= 0.2
+    healer0 = np.flatnonzero((sq == 0) & b.can_heal[enemy])[0]
+    for c in (2, 3):
+        b.alive[c, enemy.start + healer0] = False
+        hp[c, sq == 0] *= 0.3
+    b.hp[:, enemy] = hp
+    b.observe(np.arange(b.N))
+    zeros = np.zeros((b.N, n), np.int64)
+    focus_on = np.array([1, 0, 0, 0])
+    healer_on = np.array([1, 0, 1, 1])   # equal healers: the least hp; copies 2, 3: only squad 1 has one
+    rng = np.random.default_rng(0)
+    for policy, on in ((squad_focus_policy, focus_on), (healer_first_policy, healer_on)):
+        expected = follow_order_policy(b, team, np.repeat(on[:, None], n, 1), zeros, zeros)
+        assert (policy(b, team, rng) == expected).all(), policy.__name__
+        # and not the order of the other squad (the picks matter)
+        other = follow_order_policy(b, team, np.repeat(1 - on[:, None], n, 1), zeros, zeros)
+        assert (policy(b, team, rng) != other).any(), policy.__name__
 
 
 def test_follow_order_script_carries_out_orders_legally():

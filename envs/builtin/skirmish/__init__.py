@@ -68,7 +68,9 @@ the lowest-hp enemy in its range, and the team converges on one prey, the weakes
 it; ranged units and healers step back from enemy melee while they cannot shoot; healers heal
 the most hurt ally and stay behind). In that order each beats the one before it: on 8v8 mixed
 nearest wins about 98% of games against random and focus_kite about 90% against nearest
-(``tests/test_skirmish.py`` plays 50 games of each pairing).
+(``tests/test_skirmish.py`` plays 50 games of each pairing). :data:`COMMANDERS` (``squad_focus``,
+``healer_first``) are scripted squad orders over focus_kite's micro, the baseline for learned
+upper layers (:mod:`.opponents`).
 
 **For a hierarchy** (control / squad / strategy). The control layer (per unit, shared weights)
 receives an *order* from its squad, ``MultiDiscrete([S, 3, 2])``: target enemy squad, posture
@@ -85,12 +87,12 @@ Rewards registered here (:mod:`hdppo.envs.rewards`): ``skirmish_follow_order``,
 from .accounts import squad_summary, squad_view, team_summary, team_view, unit_infos
 from .core import Battle, RewardWeights, StepArrays
 from .env import SkirmishEnv, parallel_env
-from .opponents import OPPONENTS, play
+from .opponents import COMMANDERS, OPPONENTS, play
 from .rewards import follow_order, squad_objective
 from .scenarios import MELEE, RANGED, HEALER, SCENARIOS, UNIT_TYPES, Scenario, UnitType
 from .vector import SkirmishVector, make_vector
 
-__all__ = ["Battle", "HEALER", "MELEE", "OPPONENTS", "RANGED", "RewardWeights", "SCENARIOS", "Scenario",
+__all__ = ["Battle", "COMMANDERS", "HEALER", "MELEE", "OPPONENTS", "RANGED", "RewardWeights", "SCENARIOS", "Scenario",
            "SkirmishEnv", "SkirmishVector", "StepArrays", "UNIT_TYPES", "UnitType", "follow_order", "make_vector",
            "parallel_env", "play", "squad_objective", "squad_summary", "squad_view", "team_summary", "team_view",
            "unit_infos"]

@@ -17,6 +17,12 @@ does), so a target out of sight is still found.
   healers heal the ally with the lowest hp fraction in range, else walk toward the most hurt
   ally, staying behind their team.
 
+Scripted *commanders* (:data:`COMMANDERS`) give squad orders without learning, carried out by
+``focus_kite``'s micro (:func:`follow_order_policy`): ``squad_focus`` sends every squad, tight,
+onto the enemy squad with the least hp left; ``healer_first`` onto the one with the most live
+healers (then the least hp). They are the baseline a hierarchy's learned squad and strategy
+layers are measured against.
+
 :func:`play` runs two of them against each other over many games at once (the benchmark's
 scripted table and the strength test).
 """
@@ -206,11 +212,53 @@ OPPONENTS: dict[str, Policy] = {
 }
 
 
+def _squad_orders(b: Battle, team: int, target: np.ndarray, formation: int) -> np.ndarray:
+    """:func:`follow_order_policy` with every own squad ordered to advance on ``target [N, S]``."""
+    own = b.squad[_team(b, team)]
+    return follow_order_policy(b, team, target[:, own], np.zeros((b.N, b.n), np.int64),
+                               np.full((b.N, b.n), formation, np.int64))
+
+
+def _enemy_squads(b: Battle, team: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per enemy squad ``[N, S]``: live units, summed hp, live healers."""
+    other = _team(b, 1 - team)
+    members = np.eye(b.S)[b.squad[other]]                                     # [n, S]
+    alive = b.alive[:, other].astype(np.float64)
+    healers = alive * b.can_heal[other]
+    return alive @ members, (b.hp[:, other] * alive) @ members, healers @ members
+
+
+def squad_focus_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
+    """A scripted commander: every own squad advances, tight, on the enemy squad with the least hp
+    left (concentration of force), its units carrying the order out with ``focus_kite``'s micro
+    (:func:`follow_order_policy`)."""
+    live, hp, _ = _enemy_squads(battle, team)
+    target = np.argmin(np.where(live > 0, hp, np.inf), -1)
+    return _squad_orders(battle, team, np.repeat(target[:, None], battle.S, 1), 0)
+
+
+def healer_first_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
+    """A scripted commander: as :func:`squad_focus_policy`, but on the enemy squad with the most
+    live healers first (the least hp among those): cut the enemy's healing, then focus."""
+    live, hp, healers = _enemy_squads(battle, team)
+    score = np.where(live > 0, hp - 1e6 * healers, np.inf)
+    return _squad_orders(battle, team, np.repeat(np.argmin(score, -1)[:, None], battle.S, 1), 0)
+
+
+# Commanders: scripted squad orders over focus_kite's micro, the baseline for learned upper layers
+# (a hierarchy's squad and strategy layers give the same kind of orders). Usable as players too.
+COMMANDERS: dict[str, Policy] = {
+    "squad_focus": squad_focus_policy,
+    "healer_first": healer_first_policy,
+}
+
+
 def get_policy(name: str) -> Policy:
     try:
-        return OPPONENTS[name]
+        return OPPONENTS[name] if name in OPPONENTS else COMMANDERS[name]
     except KeyError:
-        raise ValueError(f"skirmish: unknown scripted player {name!r}; known: {', '.join(OPPONENTS)}") from None
+        raise ValueError(f"skirmish: unknown scripted player {name!r}; known: "
+                         f"{', '.join([*OPPONENTS, *COMMANDERS])}") from None
 
 
 def play(red: str, blue: str, scenario: str | Scenario = "8v8_mixed", games: int = 50, seed: int = 0,
