@@ -282,6 +282,38 @@ def test_state_is_fixed_order_padded_and_inside_its_space():
     assert (b.state()[0, :12] == 0).all()  # a dead unit's row is zeros
 
 
+def test_state_by_squads_lines_8v8_and_10v10_up():
+    """state_layout="squads": each unit in its squad's slot for its type (melee, melee, ranged,
+    ranged, healer per squad), so a slot means the same squad and unit type on 8v8 and 10v10
+    mixed; the state keeps its size, and a scenario that does not fit is refused by name."""
+    from hdppo.envs.builtin.skirmish.scenarios import Scenario
+
+    kinds = {}
+    for scenario in ("8v8_mixed", "10v10_mixed", "3v3"):
+        env = parallel_env(scenario=scenario, state_layout="squads")
+        env.reset(seed=5)
+        s = env.state()
+        assert s.shape == (273,) and env.state_space.contains(s)
+        units = s[:240].reshape(2, 10, 12)
+        b = env.battle
+        for team in (0, 1):
+            alive = units[team, :, 0] == 1
+            assert alive.sum() == b.n
+            for slot in np.flatnonzero(alive):
+                t, q = int(np.argmax(units[team, slot, 5:8])), int(np.argmax(units[team, slot, 8:]))
+                assert (t, q) == ([0, 0, 1, 1, 2][slot % 5], slot // 5), (scenario, slot)
+        kinds[scenario] = set(np.flatnonzero(units[0, :, 0] == 1))
+    # 8v8's filled slots are a subset of 10v10's (each 8v8 squad lacks one unit of 10v10's)
+    assert kinds["8v8_mixed"] < kinds["10v10_mixed"] and len(kinds["10v10_mixed"]) == 10
+    # the default layout is unchanged: unit order
+    assert (parallel_env(scenario="8v8_mixed").battle._state_slot is None)
+    big = Scenario("big", (0, 0, 0, 1, 2, 1, 1, 2), (0, 0, 0, 0, 0, 1, 1, 1), 32.0, 24.0, obstacles=2, max_steps=50)
+    with pytest.raises(ValueError, match="scenario 'big' does not fit state_layout='squads'"):
+        parallel_env(scenario=big, state_layout="squads")
+    with pytest.raises(ValueError, match="unknown state_layout 'x'"):
+        make_vector(2, scenario="8v8_mixed", state_layout="x")
+
+
 def test_render_is_an_rgb_frame():
     for scenario in SCENARIO_NAMES:
         env = parallel_env(scenario=scenario, render_mode="rgb_array")

@@ -12,11 +12,11 @@ or a loss), or at ``max_steps`` (a draw: the agents are truncated).
 | agents | ``red_0`` ... ``red_{n-1}`` (n = 3, 8 or 10 by scenario); an agent whose unit dies leaves ``env.agents`` |
 | observation (each) | Dict: ``observation`` Box(-1, 1, (D,), float32), ``action_mask`` Box(0, 1, (A,), int8) (1: legal), as PettingZoo's classic envs |
 | action (each) | Discrete(A), A = 9 + Ke + Ka: 0 no-op; 1-8 move E, NE, N, NW, W, SW, S, SE; 9 + k attack enemy slot k; 9 + Ke + k heal ally slot k (healers) |
-| state() | Box(0, 1, (S_d,), float32): both armies unit by unit in a fixed order (red then blue, each zero-padded to 10 units), obstacles, time; S_d = 20 * 12 + 8 * 4 + 1 = 273 for every built-in scenario |
+| state() | Box(0, 1, (S_d,), float32): both armies unit by unit in a fixed order (red then blue, each zero-padded to 10 units), obstacles, time; S_d = 20 * 12 + 8 * 4 + 1 = 273 for every built-in scenario. The order is the scenario's unit order (``state_layout="units"``), or with ``state_layout="squads"`` five slots per squad by type (melee, melee, ranged, ranged, healer), so that 8v8 and 10v10 mixed line up slot for slot |
 | reward (each) | the team reward, the same for every agent alive at the step (below) |
 | info (each) | per step: ``squad``, ``n_squads``, ``dealt``, ``dealt_to [S]``, ``killed``, ``taken``, ``healed``, ``approach [S]``, ``retreat``, ``cohesion``, ``spacing``, ``depth``, ``moved`` (:func:`.accounts.unit_infos`); on the last step also ``win`` (1/0), ``draw`` (1/0), ``outcome`` (+1 win, 0 draw, -1 loss), ``kills``, ``losses``, ``episode_steps`` |
 | episode | terminates when an army is gone; truncated at ``max_steps`` |
-| arguments | ``scenario="8v8_mixed"`` (or ``"3v3"``, ``"10v10_mixed"``, or a :class:`Scenario`), ``opponent="focus_kite"`` (``"random"``, ``"nearest"``), ``max_steps=None`` (the scenario's), ``k_enemies=5`` (Ke), ``k_allies=4`` (Ka), ``k_obstacles=2``, ``reward_damage=1.0``, ``reward_kill=0.5``, ``reward_win=1.0``, ``reward_taken=0.5``, ``render_mode=None`` (or ``"rgb_array"``) |
+| arguments | ``scenario="8v8_mixed"`` (or ``"3v3"``, ``"10v10_mixed"``, or a :class:`Scenario`), ``opponent="focus_kite"`` (``"random"``, ``"nearest"``), ``max_steps=None`` (the scenario's), ``k_enemies=5`` (Ke), ``k_allies=4`` (Ka), ``k_obstacles=2``, ``reward_damage=1.0``, ``reward_kill=0.5``, ``reward_win=1.0``, ``reward_taken=0.5``, ``render_mode=None`` (or ``"rgb_array"``), ``state_layout="units"`` (or ``"squads"``) |
 | render | ``rgb_array``: ``[16 * height, 16 * width, 3]`` uint8 (:mod:`.render`) |
 | factories | ``parallel_env(**kwargs)`` (PettingZoo ParallelEnv, ``env.type: pettingzoo``); ``make_vector(num_envs, seed, **kwargs)`` (natively batched, ``env.type: vector``) |
 

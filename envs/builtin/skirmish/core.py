@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scenarios import MAX_OBSTACLES, MAX_SQUADS, UNIT_RADIUS, UNIT_TYPES, Scenario
+from .scenarios import HEALER, MAX_OBSTACLES, MAX_SQUADS, MELEE, RANGED, UNIT_RADIUS, UNIT_TYPES, Scenario
 
 NOOP, MOVE0, ATTACK0 = 0, 1, 9
 _ANGLES = np.arange(8) * (np.pi / 4)
@@ -55,6 +55,35 @@ class RewardWeights:
     kill: float = 0.5
     win: float = 1.0
     taken: float = 0.5
+
+
+# state_layout="squads": per squad, two melee, two ranged and one healer slot, in that order.
+SQUAD_TYPE_SLOTS = {MELEE: (0, 2), RANGED: (2, 2), HEALER: (4, 1)}   # type -> (first slot, slots)
+SQUAD_STATE_SLOTS = 5
+
+
+def state_slots(sc: Scenario, layout: str, state_units: int) -> np.ndarray | None:
+    """Where each of a team's units sits in ``state()``: None for ``layout="units"`` (unit order,
+    the scenario's); for ``"squads"``, squad ``s``'s units in slots ``5s..5s+4`` by type (melee,
+    melee, ranged, ranged, healer), so that a unit's slot means the same squad and type in every
+    scenario that fits (8v8 and 10v10 mixed line up: their squads differ by one unit)."""
+    if layout == "units":
+        return None
+    if layout != "squads":
+        raise ValueError(f"skirmish: unknown state_layout {layout!r}; use 'units' (the scenario's unit order) "
+                         "or 'squads' (by squad and unit type)")
+    slots, used = [], {}
+    for t, q in zip(sc.units, sc.squads):
+        first, count = SQUAD_TYPE_SLOTS[t]
+        k = used.get((q, t), 0)
+        used[(q, t)] = k + 1
+        slot = q * SQUAD_STATE_SLOTS + first + k
+        if k >= count or slot >= state_units:
+            raise ValueError(f"skirmish: scenario {sc.name!r} does not fit state_layout='squads' (per squad at most "
+                             f"2 melee, 2 ranged and 1 healer, and {state_units // SQUAD_STATE_SLOTS} squads); "
+                             "use state_layout='units'")
+        slots.append(slot)
+    return np.asarray(slots, np.int64)
 
 
 @dataclass
@@ -93,7 +122,7 @@ class Battle:
 
     def __init__(self, scenario: Scenario, num_copies: int = 1, k_enemies: int = 5, k_allies: int = 4,
                  k_obstacles: int = 2, max_steps: int | None = None, rewards: RewardWeights = RewardWeights(),
-                 rng: np.random.Generator | None = None):
+                 rng: np.random.Generator | None = None, state_layout: str = "units"):
         if min(k_enemies, k_allies, k_obstacles) < 1:
             raise ValueError("skirmish: k_enemies, k_allies and k_obstacles must be >= 1")
         sc = self.scenario = scenario
@@ -113,6 +142,8 @@ class Battle:
         self.obs_dim = OWN_FEATURES + SLOT_FEATURES * (k_enemies + k_allies) + OBSTACLE_FEATURES * k_obstacles
         self.state_units = max(10, n)  # per team, zero-padded: one state size for every built-in scenario
         self.state_dim = 2 * self.state_units * UNIT_STATE_FEATURES + MAX_OBSTACLES * 4 + 1
+        self.state_layout = state_layout
+        self._state_slot = state_slots(sc, state_layout, self.state_units)
 
         # -- static per-unit tables -------------------------------------------------------------
         self.team = np.repeat([0, 1], n)
@@ -376,11 +407,13 @@ class Battle:
 
     def state(self) -> np.ndarray:
         """``[N, state_dim]`` float32 in [0, 1]: every unit in a fixed order (team 0 then team 1, each
-        zero-padded to ``state_units``): alive, hp, cooldown, x, y, type one-hot, squad one-hot; then
+        zero-padded to ``state_units``; with ``state_layout="squads"`` each unit in its squad's slot
+        for its type, :func:`state_slots`): alive, hp, cooldown, x, y, type one-hot, squad one-hot; then
         ``MAX_OBSTACLES`` obstacles (present, x, y, radius, over the map's width); then the time."""
         N, n, su = self.N, self.n, self.state_units
         units = np.zeros((N, 2, su, UNIT_STATE_FEATURES), np.float32)
-        per = units[:, :, :n]
+        slots = self._state_slot
+        per = units[:, :, :n] if slots is None else np.zeros((N, 2, n, UNIT_STATE_FEATURES), np.float32)
         a = self.alive.reshape(N, 2, n)
         per[..., 0] = a
         per[..., 1] = (self.hp / self.hp_max).reshape(N, 2, n)
@@ -390,6 +423,8 @@ class Battle:
         per[..., 5:8] = self.type_onehot.reshape(2, n, 3)
         per[..., 8:] = self.squad_onehot.reshape(2, n, MAX_SQUADS)
         per *= a[..., None]
+        if slots is not None:
+            units[:, :, slots] = per
         k = self.n_obstacles
         obst = np.zeros((N, MAX_OBSTACLES, 4), np.float32)
         obst[:, :k, 0] = 1.0
