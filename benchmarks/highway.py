@@ -9,6 +9,8 @@ throughput grows with processes.
 - **roundabout**: trains ``configs/highway_roundabout_hierarchy.yaml`` (tactic layer over the
   meta-actions) and reports success (exited without a crash), crash and timeout rates
   (:mod:`hdppo.envs.builtin.driving` writes them into info).
+- **scripted**: no-learning baselines on both envs, ``idle`` (always IDLE: keep lane and speed)
+  and ``random`` meta-actions, over the same number of episodes and seeds.
 - **throughput**: random-action env steps/s of highway-fast-v0 with 1 and 2 processes
   (``raw_env_limit.run_per_core``; this VM has 2 cores, shared with other runs), and the
   training run's own env steps/s (hdppo with 2 workers).
@@ -89,6 +91,40 @@ def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int) -> dict:
     return out
 
 
+SCRIPTED = ("idle", "random")   # always IDLE (keep lane and speed); uniformly random meta-actions
+SCRIPTED_ENVS = {"highway": "highway-fast-v0", "roundabout": "roundabout-v1"}
+
+
+def scripted_run(env_id: str, policy: str, episodes: int, seed: int) -> dict:
+    """A no-learning baseline over ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...): the
+    env through :mod:`hdppo.envs.builtin.driving` (its outcome in info), the meta-action chosen by
+    ``policy``: ``idle`` always IDLE, ``random`` uniformly at random."""
+    from hdppo.envs.builtin.driving import make
+
+    env = make(env_id=env_id)
+    rng = np.random.default_rng(seed)
+    idle = 1  # DiscreteMetaAction: 0 LANE_LEFT, 1 IDLE, 2 LANE_RIGHT, 3 FASTER, 4 SLOWER
+    rets, lens, ends = [], [], []
+    try:
+        for ep in range(episodes):
+            env.reset(seed=seed + ep)
+            done, ret, n, info = False, 0.0, 0, {}
+            while not done:
+                a = idle if policy == "idle" else int(rng.integers(env.action_space.n))
+                _, r, te, tr, info = env.step(a)
+                ret, n, done = ret + float(r), n + 1, te or tr
+            rets.append(ret)
+            lens.append(n)
+            ends.append(info)
+    finally:
+        env.close()
+    out = {"env_id": env_id, "policy": policy, "episodes": episodes, "return_mean": float(np.mean(rets)),
+           "return_std": float(np.std(rets)), "length_mean": float(np.mean(lens))}
+    for key in ("crash", "is_success", "timeout"):
+        out[key] = rate([float(i.get(key, 0.0)) for i in ends])
+    return out
+
+
 def throughput(seconds: float) -> list[dict]:
     from raw_env_limit import raw_env_steps_per_s
 
@@ -132,6 +168,14 @@ def render_markdown(report: dict) -> str:
             lines += ["| env steps trained | episodes | success | crash | timeout | mean return |", "|---|---|---|---|---|---|",
                       f"| {r['env_steps']:,} | {r['episodes']} | {pct(r['is_success'])} | {pct(r['crash'])} | {pct(r['timeout'])} | "
                       f"{r['return_mean']:.2f} |"]
+    if report.get("scripted"):
+        lines += ["", "## Scripted baselines (no learning; the same env through `hdppo.envs.builtin.driving`)", "",
+                  "| env | policy | episodes | mean return | crashes | success (roundabout: exited) | timeout | mean length |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for t in report["scripted"]:
+            lines.append(f"| {t['env_id']} | {t['policy']} | {t['episodes']} | {t['return_mean']:.2f} ± {t['return_std']:.2f} | "
+                         f"{pct(t['crash'])} | {pct(t['is_success']) if 'roundabout' in t['env_id'] else '-'} | "
+                         f"{pct(t['timeout']) if 'roundabout' in t['env_id'] else '-'} | {t['length_mean']:.1f} |")
     if report.get("throughput"):
         lines += ["", "## Throughput of highway-fast-v0 (random actions, no learning)", "",
                   "| processes | env steps/s | per process | vs 1 process |", "|---|---|---|---|"]
@@ -145,7 +189,7 @@ def render_markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default=None, help="comma list of: highway, roundabout, throughput")
+    p.add_argument("--only", default=None, help="comma list of: highway, roundabout, scripted, throughput")
     p.add_argument("--run", action="append", default=[], metavar="NAME=DIR", help="evaluate this run dir instead of training NAME")
     p.add_argument("--env-steps", type=int, default=100_000, help="training env steps per config")
     p.add_argument("--episodes", type=int, default=50, help="deterministic evaluation episodes per policy")
@@ -156,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="output stem (default benchmarks/results/highway)")
     p.add_argument("--note", action="append", default=[])
     args = p.parse_args(argv)
-    parts = args.only.split(",") if args.only else ["highway", "roundabout", "throughput"]
+    parts = args.only.split(",") if args.only else ["highway", "roundabout", "scripted", "throughput"]
     given = dict(r.split("=", 1) for r in args.run)
     out = Path(args.out) if args.out else HERE / "results" / "highway"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             report["trained"][name] = {"error": f"{type(exc).__name__}: {exc}"}
         save()
         print(f"[highway] {name}: {report['trained'][name]}", flush=True)
+    if "scripted" in parts:
+        report["scripted"] = [scripted_run(env_id, policy, args.episodes, args.seed)
+                              for env_id in SCRIPTED_ENVS.values() for policy in SCRIPTED]
+        save()
     if "throughput" in parts:
         report["throughput"] = throughput(args.seconds)
         save()

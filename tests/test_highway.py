@@ -93,3 +93,19 @@ def test_highway_frames_are_drawn_under_hdppos_headless_settings():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, timeout=120, check=True)
     shape, std = out.stdout.strip().rsplit(" ", 1)
     assert shape == "(150, 600, 3)" and float(std) > 10.0, out.stdout
+
+
+def test_scripted_driving_baselines_and_their_table():
+    """benchmarks/highway.py's no-learning rows: always IDLE and random meta-actions, with the
+    outcome rates the trained rows have; IDLE on the roundabout ends every episode one way."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import highway as H
+
+    rows = [H.scripted_run("roundabout-v1", policy, 2, seed=3) for policy in H.SCRIPTED]
+    for r in rows:
+        assert r["episodes"] == 2 and 1 <= r["length_mean"] <= 12
+        assert r["is_success"]["k"] + r["crash"]["k"] + r["timeout"]["k"] == 2
+    md = H.render_markdown({"machine": {}, "command": "test", "trained": {}, "scripted": rows})
+    assert "| roundabout-v1 | idle | 2 |" in md and "| roundabout-v1 | random | 2 |" in md
