@@ -349,3 +349,34 @@ def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_pa
     assert report["settings"]["crash_on_collision"] is True and report["scripted"]
     err = report["trained"]["flat"]["error"]
     assert "crash_on_collision is False" in err and "leave out --crash" in err and str(run) in err
+
+
+def test_imitation_benchmark_bins_the_gap_to_the_pilot(tmp_path):
+    """benchmarks/swarm_imitation.py: a briefly trained drone layer differs from the pilot; acting
+    by its teacher (the pilot, `--scripted`) it does not differ at all, in every clearance bin."""
+    import json
+    import sys
+
+    from hdppo.platform.config import validate
+    from hdppo.platform.trainer import Trainer
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import swarm_imitation as bench
+
+    cfg = load_config(ROOT / "configs" / "swarm_flat.yaml", [
+        "ray.backend=local", "train.total_env_steps=600", "train.checkpoint_every=1", "train.eval_episodes=0",
+        'layers.0.teacher={policy: "hdppo.envs.builtin.swarm.scripted:field_teacher", coeff: 1.0}'])
+    data = cfg.model_dump(mode="json")
+    data["env"]["kwargs"]["max_steps"] = 20
+    data["layers"][0]["dppo"].update(num_workers=1, num_envs_per_worker=4, train_batch_size=256)
+    data["layers"][0]["ppo"].update(minibatch_size=128, num_epochs=1)
+    data["layers"][0]["policy"]["hidden"] = [16]
+    Trainer(validate(data), tmp_path / "run", quiet=True).train()
+    for scripted in (False, True):
+        args = ["--run", str(tmp_path / "run"), "--episodes", "4", "--out", str(tmp_path / f"imit{int(scripted)}")]
+        assert bench.main(args + (["--scripted"] if scripted else [])) == 0
+        r = json.loads((tmp_path / f"imit{int(scripted)}.json").read_text())["result"]
+        assert r["episodes"] == 4 and sum(b["share"] for b in r["bins"]) == pytest.approx(1.0)
+        errors = [b["mean_abs_error"] for b in r["bins"] if b["steps"]]
+        assert errors and (max(errors) < 1e-6 if scripted else max(errors) > 0.01), (scripted, r["bins"])  # float32 rounding
+    assert "| nearest obstacle clearance |" in (tmp_path / "imit1.md").read_text()
