@@ -225,6 +225,9 @@ class Sampler:
                 f"the config has no such layer (its layers: {', '.join(s.name for s in specs)})." if name not in known
                 else "it has no teacher.policy to act with. Give the layer a `teacher: {policy: module:function}` "
                      "in the config, or leave it out of the scripted layers."))
+        if self.scripted & set(tracks or {}):  # their samples would pair the teacher's action with the policy's log-prob
+            raise ConfigError(f"scripted layers {sorted(self.scripted & set(tracks or {}))} cannot also be trained; "
+                              "a scripted layer is for evaluation only.")
         # Info keys recorded per ended episode (None: the env's own declaration), drained by
         # take_episode_infos() with each rollout.
         self.episode_keys = tuple(getattr(venv, "episode_metrics", ()) if episode_metrics is None else episode_metrics)
