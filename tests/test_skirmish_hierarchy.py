@@ -34,12 +34,14 @@ def test_preset_shape(preset):
     assert [layer.name for layer in cfg.layers] == PRESETS[preset]
     assert cfg.layer_groups() == [[name] for name in PRESETS[preset]]  # each layer its own DPPO group
     assert cfg.layers[-1].reward.intrinsic_fn == "skirmish_follow_order" and cfg.layers[-1].policy.central_critic
-    assert cfg.env.kwargs == {"scenario": "8v8_mixed", "opponent": "focus_kite"}
+    assert {k: cfg.env.kwargs[k] for k in ("scenario", "opponent")} == {"scenario": "8v8_mixed", "opponent": "focus_kite"}
     if "strategy" in PRESETS[preset]:
         assert cfg.layer("squad").reward.intrinsic_fn == "skirmish_squad_objective"
         # The control layer is kickstarted from focus_kite under its squad's order, kept at 0.3.
         teacher = cfg.layer("control").teacher
         assert teacher.policy == "hdppo.envs.builtin.skirmish.opponents:order_teacher" and teacher.coeff_final == 0.3
+        # Its upper layers read state() by squad and unit type, so 10v10 lines up with 8v8.
+        assert cfg.env.kwargs["state_layout"] == "squads"
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
