@@ -32,19 +32,18 @@ from machine import machine_info  # noqa: E402
 
 # Clearance bins (m) of the nearest obstacle surface; the pilot repels within 1.5 m.
 BINS = ((0.0, 0.3), (0.3, 0.75), (0.75, 1.5), (1.5, 3.0), (3.0, np.inf))
-SENSE_RANGE = 6.0   # swarm's observation scales distances by its sensing range
 
 
-def nearest_clearance(obs: np.ndarray) -> np.ndarray:
+def nearest_clearance(obs: np.ndarray, k_neighbors: int = 4) -> np.ndarray:
     """Metres from each drone to the nearest sensed obstacle surface (inf where none is sensed),
     from the observation layout of :mod:`hdppo.envs.builtin.swarm` (own features, the Kn
     neighbour slots, then the obstacle slots: present, offset (3), clearance, velocity (3))."""
-    from hdppo.envs.builtin.swarm.core import OWN_FEATURES
+    from hdppo.envs.builtin.swarm.core import OWN_FEATURES, Physics
 
-    k_neighbors, slot = 4, 8
+    slot = 8
     first = OWN_FEATURES + k_neighbors * slot
     present, clear = obs[:, first], obs[:, first + 4]
-    return np.where(present > 0, clear * SENSE_RANGE, np.inf)
+    return np.where(present > 0, clear * Physics().sense_range, np.inf)  # the observation scales by the range
 
 
 def measure(run_dir: Path, episodes: int, seed: int, scripted: bool) -> dict[str, Any]:
@@ -61,6 +60,7 @@ def measure(run_dir: Path, episodes: int, seed: int, scripted: bool) -> dict[str
     layer = cfg.layers[-1].name
     if layer != "drone":
         raise SystemExit(f"swarm_imitation: {run_dir}'s bottom layer is {layer!r}; this compares a swarm drone layer.")
+    k_neighbors = int((cfg.env.kwargs or {}).get("k_neighbors", 4))  # the env's default
     states = learner_states(load_checkpoint(last))
     venv, first, specs = probe_env(cfg, seed, min(episodes, 20))
     sampler = eval_sampler(cfg, states, venv, first, specs, scripted=[layer] if scripted else ())
@@ -72,8 +72,8 @@ def measure(run_dir: Path, episodes: int, seed: int, scripted: bool) -> dict[str
         acting = sampler.now.acting
         obs = sampler.now.obs[acting]
         chosen = np.clip(actions[acting].reshape(len(obs), -1), -1.0, 1.0)  # the env clips to [-1, 1]
-        errors.append(np.abs(chosen - field_action(obs)).mean(1))
-        clearances.append(nearest_clearance(obs))
+        errors.append(np.abs(chosen - field_action(obs, k_neighbors=k_neighbors)).mean(1))
+        clearances.append(nearest_clearance(obs, k_neighbors))
         return step_env(actions)
 
     venv.step = step

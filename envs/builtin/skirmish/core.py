@@ -59,7 +59,7 @@ class RewardWeights:
 
 # state_layout="squads": per squad, two melee, two ranged and one healer slot, in that order.
 SQUAD_TYPE_SLOTS = {MELEE: (0, 2), RANGED: (2, 2), HEALER: (4, 1)}   # type -> (first slot, slots)
-SQUAD_STATE_SLOTS = 5
+SQUAD_STATE_SLOTS = sum(count for _, count in SQUAD_TYPE_SLOTS.values())
 
 
 def state_slots(sc: Scenario, layout: str, state_units: int) -> np.ndarray | None:
