@@ -58,6 +58,46 @@ def test_roundabout_config_and_adapter_report_the_outcome():
         env.close()
 
 
+def test_exit_reward_is_paid_once_on_reaching_the_exit():
+    """Same seed, same IDLE driving: the returns differ by exit_reward exactly when the ego exits,
+    and it is paid on the step ``exited`` turns 1, not again."""
+    from hdppo.envs.builtin.driving import make
+
+    def drive(seed, exit_reward):
+        env = make(exit_reward=exit_reward)
+        try:
+            env.reset(seed=seed)
+            rewards, exited = [], []
+            for _ in range(12):
+                _, r, term, trunc, info = env.step(1)
+                rewards.append(r)
+                exited.append(info["exited"])
+                if term or trunc:
+                    break
+            return np.array(rewards), np.array(exited)
+        finally:
+            env.close()
+
+    outcomes = set()
+    for seed in (0, 6):   # IDLE crashes on seed 0 and exits, on its last step, on seed 6
+        plain, exited = drive(seed, 0.0)
+        paid, _ = drive(seed, 10.0)
+        first = np.flatnonzero(exited)
+        expected = plain.copy()
+        if first.size:
+            expected[first[0]] += 10.0
+        np.testing.assert_allclose(paid, expected)
+        outcomes.add(bool(first.size))
+    assert outcomes == {True, False}   # the seeds cover an exit and a crash
+
+
+def test_exit_reward_must_be_finite():
+    from hdppo.envs.builtin.driving import make
+
+    with pytest.raises(EnvError, match="exit_reward"):
+        make(exit_reward=float("nan"))
+
+
 def test_unknown_roundabout_id_lists_the_ids():
     from hdppo.envs.builtin.driving import make
 
