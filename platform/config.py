@@ -466,6 +466,10 @@ class TeacherSpec(_Strict):
     coeff_final: float = Field(0.0, ge=0.0, description="Its weight once `anneal` of the run is done.")
     anneal: float = Field(0.5, gt=0.0, le=1.0, description="Share of the run's env steps over which coeff falls "
                           "linearly to coeff_final.")
+    replay: int = Field(0, ge=0, description="Keep the last `replay` labelled decisions in the learner (DAgger's "
+                        "aggregated data set) and add the teacher's term on as many of them as each minibatch has; 0: "
+                        "fresh samples only. For a skill whose hard states are rare (see hdppo.policies.teacher_replay); "
+                        "memory: replay x (observation + action + mask) float32 values.")
 
 
 class ExplorationSpec(_Strict):

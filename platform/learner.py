@@ -30,6 +30,7 @@ from ..policies.normalizers import RunningStats
 from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
 from ..policies.schedules import linear
 from ..policies.staleness import staleness_weights
+from ..policies.teacher_replay import TeacherReplay
 from .threads import thread_count, use_threads
 
 
@@ -65,6 +66,8 @@ class Learner:
         self.bonus = bonus if bonus is not None and bonus.learned else None
         self.obs_stats = RunningStats((obs_dim,))
         self.reward_stats = RunningStats(())
+        teacher = self.layer.teacher
+        self.teacher_replay = TeacherReplay(teacher.replay) if teacher is not None and teacher.replay else None
         self._agg_weights: list[float] | None = None
         self._dense_wire: int | None = None
         self.version = 0
@@ -126,9 +129,13 @@ class Learner:
     def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None,
               teacher_coeff: float = 0.0):
         p = self.layer.ppo
+        replay = None
+        if self.teacher_replay is not None and self.teacher_replay.size and teacher_coeff > 0.0 and chunks is None:
+            replay = tuple(torch.from_numpy(c).to(self.device) for c in self.teacher_replay.sample(len(tb.obs), self._rng))
         return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
-                              chunks=chunks, teacher_coeff=teacher_coeff, bounds_coeff=p.bounds_loss_coeff)
+                              chunks=chunks, teacher_coeff=teacher_coeff, bounds_coeff=p.bounds_loss_coeff,
+                              replay=replay)
 
     def _chunks(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """A recurrent layer's batch as chunks of ``policy.seq_len`` consecutive decisions of one
@@ -200,6 +207,8 @@ class Learner:
         coefs = self.coefficients()
         self._absorb(stats)
         batch = Batch.concat([r.batch for r in rollouts])
+        if self.teacher_replay is not None and batch.teacher.shape[-1]:
+            self.teacher_replay.add(batch.obs, batch.teacher, batch.masks)
         if dropped:  # the workers' sums cover samples that were just dropped
             adv64 = batch.advantages.astype(np.float64)
             adv_mean, adv_std = float(adv64.mean()), float(adv64.std())
@@ -355,6 +364,8 @@ class Learner:
             out[M.CHART_TEACHER_COEFF] = coefs["teacher_coeff"]
             if any("teacher" in entry for entry in logs):
                 out[M.LOSS_TEACHER] = _mean([e for e in logs if "teacher" in e], "teacher")
+            if any("teacher_replay" in entry for entry in logs):
+                out[M.LOSS_TEACHER_REPLAY] = _mean([e for e in logs if "teacher_replay" in e], "teacher_replay")
         if any("bounds" in entry for entry in logs):
             out[M.LOSS_BOUNDS] = _mean([e for e in logs if "bounds" in e], "bounds")
         if any(s.intrinsic_reward_mean for s in stats):
@@ -469,6 +480,8 @@ def _terms_dict(terms) -> dict[str, float]:
     out = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
     if terms.teacher is not None:
         out["teacher"] = float(terms.teacher.detach())
+    if terms.teacher_replay is not None:
+        out["teacher_replay"] = float(terms.teacher_replay.detach())
     if terms.bounds is not None:
         out["bounds"] = float(terms.bounds.detach())
     return out

@@ -34,6 +34,7 @@ LOSS_EXPLAINED_VARIANCE = "losses/explained_variance"
 LOSS_GRAD_NORM = "losses/grad_norm"
 LOSS_RND = "losses/rnd_predictor"
 LOSS_TEACHER = "losses/teacher_nll"          # kickstarting: -log pi(teacher's action), minibatch mean
+LOSS_TEACHER_REPLAY = "losses/teacher_nll_replay"  # the same on states drawn from teacher.replay
 LOSS_BOUNDS = "losses/bounds"                # ppo.bounds_loss_coeff: squared excess of a Box mean beyond its bounds
 PERF_ENV_STEPS_PER_S = "perf/env_steps_per_s"
 PERF_SAMPLE_S = "perf/sample_s"

@@ -67,6 +67,7 @@ class LossTerms:
     approx_kl: torch.Tensor
     clipfrac: torch.Tensor
     teacher: torch.Tensor | None = None  # the teacher's negative log-likelihood, when a teacher is on
+    teacher_replay: torch.Tensor | None = None  # the same on states drawn from the teacher's replay, when it is on
     bounds: torch.Tensor | None = None   # the bounds loss of a Box policy's mean, when it is on
 
 

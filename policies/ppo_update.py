@@ -11,12 +11,14 @@ from .ppo_loss import LossTerms, normalize_advantages, ppo_loss, teacher_nll
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
                    value_clip: float | None, vf_coeff: float, entropy_coeff: float,
                    normalize: bool = True, chunks: tuple | None = None, teacher_coeff: float = 0.0,
-                   bounds_coeff: float = 0.0) -> LossTerms:
+                   bounds_coeff: float = 0.0, replay: tuple | None = None) -> LossTerms:
     """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples. A recurrent
     policy takes ``chunks = (index [S, C], valid [S, C])`` (networks.sequence_chunks) into ``mb``:
     each chunk is replayed through the GRU from its first step's stored hidden, and the loss
     covers the valid steps only. With ``teacher_coeff > 0`` and teacher labels in ``mb``
-    (kickstarting), ``teacher_coeff`` times their negative log-likelihood joins the total."""
+    (kickstarting), ``teacher_coeff`` times their negative log-likelihood joins the total; with
+    ``replay = (obs, teacher, masks)`` tensors of past decisions (teacher_replay), ``teacher_coeff``
+    times their negative log-likelihood too."""
     if chunks is not None:
         index, valid = chunks
         logp_s, ent_s, v_s = policy.replay(mb.obs[index], mb.hidden[index[:, 0]], mb.first[index], mb.actions[index],
@@ -37,6 +39,10 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
         t_logp, _ = policy.log_prob_entropy(mb.obs, mb.teacher, mb.masks)
         terms.teacher = teacher_nll(t_logp, weight)
         terms.total = terms.total + teacher_coeff * terms.teacher
+        if replay is not None:
+            r_logp, _ = policy.log_prob_entropy(replay[0], replay[1], replay[2])
+            terms.teacher_replay = teacher_nll(r_logp)
+            terms.total = terms.total + teacher_coeff * terms.teacher_replay
     if chunks is None and bounded:
         terms.bounds = bounds_loss(mean[0], policy.head.low, policy.head.high)
         terms.total = terms.total + bounds_coeff * terms.bounds

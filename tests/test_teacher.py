@@ -95,6 +95,70 @@ def test_the_teacher_term_is_logged_and_anneals(tmp_path):
     assert right <= 0.5 * STEPS
 
 
+class ShiftingClassify(Classify):
+    """Classify whose classes shift once: 0-3 for its first ``switch`` steps, 4-7 after. Each
+    copy counts its own steps, across episodes; ``switch=-1`` shows 0-3 only. Class k is seen as
+    the one-hot of k mod 4 plus a bit for k >= 4: the two halves look alike but one bit, as a
+    skill's rare hard states resemble its common ones."""
+
+    def __init__(self, reward: float = 0.0, switch: int = -1):
+        super().__init__(reward)
+        self.switch, self.lifetime = switch, 0
+
+    def _obs(self):
+        late = self.switch >= 0 and self.lifetime >= self.switch
+        self.lifetime += 1
+        self.k = int(self.np_random.integers(4)) + (4 if late else 0)
+        obs = np.zeros(CLASSES, np.float32)
+        obs[self.k % 4], obs[4] = 1.0, float(late)
+        return obs
+
+
+def shifting_teacher(raw_obs, members, env):
+    obs = raw_obs[members[0]]
+    return int(np.argmax(obs[:4])) + 4 * int(obs[4])
+
+
+def test_teacher_replay_keeps_what_the_latest_rollouts_no_longer_show(tmp_path):
+    """The first half of the run shows classes 0-3, the second half 4-7. Fitted on fresh samples
+    only, the policy forgets 0-3; with ``teacher.replay`` (DAgger's aggregated data) it keeps them."""
+    import json
+
+    def run(name: str, replay: int) -> float:
+        cfg = _config({"policy": "test_teacher:shifting_teacher", "coeff": 1.0, "coeff_final": 1.0, "anneal": 1.0,
+                       "replay": replay})
+        cfg["env"] = {"entry_point": "test_teacher:ShiftingClassify", "kwargs": {"reward": 0.0, "switch": 384}}
+        Trainer(validate(cfg), tmp_path / name, quiet=True).train()
+        early = dict(cfg, env={"entry_point": "test_teacher:ShiftingClassify", "kwargs": {"reward": 1.0, "switch": -1}})
+        states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / name)))
+        return float(np.mean([e.ret for e in evaluate_episodes(validate(early), states, 16, seed=11, num_envs=4)]))
+
+    fresh_only, replayed = run("fresh", 0), run("replay", 4096)
+    assert fresh_only <= 0.5 * STEPS, fresh_only     # classes 0-3 forgotten
+    assert replayed >= 0.9 * STEPS, replayed         # kept
+    rows = [json.loads(line) for line in (tmp_path / "replay" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["tag"] == "losses/teacher_nll_replay" for r in rows)
+    assert not any(r["tag"] == "losses/teacher_nll_replay"
+                   for r in map(json.loads, (tmp_path / "fresh" / "metrics.jsonl").read_text().splitlines()))
+
+
+def test_teacher_replay_ring_keeps_the_newest_rows():
+    from hdppo.policies.teacher_replay import TeacherReplay
+
+    ring = TeacherReplay(5)
+    with pytest.raises(ValueError, match="empty"):
+        ring.sample(1, np.random.default_rng(0))
+    rows = lambda lo, hi: (np.arange(lo, hi, dtype=np.float32)[:, None], np.arange(lo, hi, dtype=np.float32)[:, None],  # noqa: E731
+                           np.zeros((hi - lo, 0), np.float32))
+    ring.add(*rows(0, 3))
+    assert ring.size == 3 and set(ring.sample(200, np.random.default_rng(0))[0].ravel()) == {0, 1, 2}
+    ring.add(*rows(3, 7))                                  # wraps: 0 and 1 overwritten
+    obs, teacher, masks = ring.sample(400, np.random.default_rng(1))
+    assert ring.size == 5 and set(obs.ravel()) == {2, 3, 4, 5, 6} and (obs == teacher).all() and masks.shape == (400, 0)
+    ring.add(*rows(10, 22))                                # more than it holds: the newest five
+    assert set(ring.sample(400, np.random.default_rng(2))[0].ravel()) == {17, 18, 19, 20, 21}
+
+
 def test_teacher_errors_name_the_field(tmp_path):
     bad = _config({"policy": "test_teacher:no_such_function"})
     with pytest.raises(ConfigError, match=r"layer 'control', teacher.policy: .*no attribute 'no_such_function'"):
@@ -106,6 +170,8 @@ def test_teacher_errors_name_the_field(tmp_path):
     dppo["layers"][0]["dppo"]["mode"] = "dppo"
     with pytest.raises(Exception, match="teacher needs dppo.mode 'central'"):
         validate(dppo)
+    with pytest.raises(ConfigError, match=r"teacher.*replay"):
+        validate(_config({"policy": "test_teacher:class_teacher", "replay": -1}))
     assert not (tmp_path / "a" / "checkpoints").exists()
 
 
