@@ -380,3 +380,22 @@ def test_imitation_benchmark_bins_the_gap_to_the_pilot(tmp_path):
         errors = [b["mean_abs_error"] for b in r["bins"] if b["steps"]]
         assert errors and (max(errors) < 1e-6 if scripted else max(errors) > 0.01), (scripted, r["bins"])  # float32 rounding
     assert "| nearest obstacle clearance |" in (tmp_path / "imit1.md").read_text()
+
+
+def test_dagger_benchmark_imitates_the_pilot_and_tables_each_variant(tmp_path):
+    """benchmarks/swarm_dagger.py: imitation alone, fresh samples and with a replay, one row each;
+    a few rollouts of imitation already fly closer to the pilot than the untrained network."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import swarm_dagger as bench
+
+    out = tmp_path / "dagger"
+    assert bench.main(["--env-steps", "30000", "--replay", "0,2000", "--episodes", "8", "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [r["replay"] for r in rows] == [0, 2000] and all(r["env_steps"] >= 30000 for r in rows)
+    assert all(0.0 <= r["reach_rate"] <= 1.0 and 0.0 <= r["collision_rate"] <= 1.0 for r in rows)
+    untrained = bench.imitate(0, 0, 0.1, 8, 0, "8_medium")   # no rollout: the initial network, same fields
+    assert max(r["reach_rate"] for r in rows) > untrained["reach_rate"] + 0.1, (rows, untrained)
+    assert "| env steps | replay |" in out.with_suffix(".md").read_text()
