@@ -2,8 +2,8 @@
 
 Kickstarted PPO runs (``benchmarks/swarm.py`` with a ``teacher``) keep colliding 10-20% of the
 time while the pilot they imitate collides under 1%. This separates the network from the
-training: the same drone network as ``configs/swarm_flat.yaml`` (MLP [128, 128], tanh, running
-observation normalisation) is trained by imitation alone, on-policy as the learner sees it:
+training: a drone network of the shape of ``configs/swarm_flat.yaml``'s (MLP [128, 128], tanh, the
+workers' running observation normaliser) is trained by imitation alone, on-policy as the learner sees it:
 rollouts of 4096 drone decisions acting with its own mean plus Gaussian noise ``--sigma``, each
 labelled by ``field_action`` and fitted for 5 epochs in minibatches of 1024 (Adam, lr 5e-4,
 gradient norm 0.5), with or without a replay of past labelled decisions (``--replay``, DAgger's
@@ -47,7 +47,7 @@ def imitate(env_steps: int, replay: int, sigma: float, episodes: int, seed: int,
 
     from hdppo.envs.builtin.swarm import make_vector
     from hdppo.envs.builtin.swarm.scripted import field_action
-    from hdppo.policies.normalizers import RunningStats
+    from hdppo.policies.normalizers import ObservationNormalizer
     from hdppo.policies.teacher_replay import TeacherReplay
 
     torch.manual_seed(seed)
@@ -58,11 +58,8 @@ def imitate(env_steps: int, replay: int, sigma: float, episodes: int, seed: int,
     net = torch.nn.Sequential(torch.nn.Linear(dim, 128), torch.nn.Tanh(), torch.nn.Linear(128, 128), torch.nn.Tanh(),
                               torch.nn.Linear(128, 3))
     opt = torch.optim.Adam(net.parameters(), LR, eps=1e-5)
-    stats = RunningStats((dim,))
+    norm = ObservationNormalizer((dim,))  # the workers' normaliser: running statistics, clipped at 10
     ring = TeacherReplay(replay) if replay else None
-
-    def norm(x: np.ndarray) -> np.ndarray:
-        return np.clip((x - stats.mean) / np.sqrt(stats.var + 1e-8), -10, 10).astype(np.float32)
 
     def act(xn: np.ndarray, noise: float) -> np.ndarray:
         with torch.no_grad():
@@ -74,7 +71,7 @@ def imitate(env_steps: int, replay: int, sigma: float, episodes: int, seed: int,
         seen, normed = [], []
         while sum(len(x) for x in seen) < BATCH:
             x = now.obs[now.acting]
-            stats.update(x)
+            norm.observe(x)
             xn = norm(x)
             seen.append(x)
             normed.append(xn)
