@@ -316,3 +316,48 @@ def test_a_scripted_layer_needs_a_teacher(tmp_path):
     states = _trained_briefly(tmp_path, cfg)
     with pytest.raises(ConfigError, match=r"scripted layer 'control': it has no teacher.policy to act with"):
         evaluate_episodes(validate(cfg), states, 1, num_envs=1, scripted=["control"])
+
+
+def test_the_teacher_term_pulls_hardest_on_the_decisions_the_student_gets_most_wrong():
+    """A Gaussian student of std 0.08 far from its teacher: the rows it gets most wrong have a
+    log-likelihood far below -20, and they must still pull the mean toward the teacher, harder
+    than the rows it nearly gets right (a floor on the log-likelihood zeroed exactly them)."""
+    import torch
+
+    from hdppo.policies.networks import make_policy
+    from hdppo.policies.ppo_loss import teacher_nll
+
+    torch.manual_seed(0)
+    policy = make_policy(4, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), (16,), init_log_std=-2.5)
+    obs = torch.randn(4, 4)
+    with torch.no_grad():
+        _, _, mean = policy.log_prob_entropy(obs, torch.zeros(4, 3), with_mean=True)
+    errors = torch.tensor([0.05, 0.3, 0.7, 1.0])
+    teacher = mean + errors[:, None] * torch.tensor([1.0, 0.0, 0.0])
+    grads = []
+    for row in range(4):  # each row's own gradient on the actor's output layer
+        policy.zero_grad()
+        logp, _ = policy.log_prob_entropy(obs[row:row + 1], teacher[row:row + 1])
+        teacher_nll(logp).backward()
+        grads.append(float(torch.cat([p.grad.norm().reshape(1) for p in policy.parameters() if p.grad is not None]).norm()))
+        if row >= 2:
+            assert float(logp.detach()) < -20.0, "the test needs rows below the old floor"
+    assert all(g > 0.0 for g in grads) and grads[0] < grads[1] < grads[2] < grads[3], grads
+
+
+def test_a_teacher_action_the_mask_forbids_is_left_out_of_the_term():
+    import torch
+
+    from hdppo.policies.networks import make_policy
+    from hdppo.policies.ppo_loss import teacher_nll
+
+    torch.manual_seed(0)
+    policy = make_policy(4, gym.spaces.Discrete(3), (16,))
+    obs = torch.randn(2, 4)
+    masks = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    logp, _ = policy.log_prob_entropy(obs, torch.tensor([[0.0], [2.0]]), masks)  # row 1's label is masked
+    loss = teacher_nll(logp)
+    loss.backward()
+    assert float(logp[1].detach()) < -1e6 and 0.0 < float(loss) < 10.0
+    assert torch.isclose(loss, -logp[0] / 2)           # the illegal row counts as zero in the mean
+    assert all(torch.isfinite(p.grad).all() for p in policy.parameters() if p.grad is not None)
