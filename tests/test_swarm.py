@@ -273,6 +273,9 @@ def test_configs_load(preset):
     cfg = load_config(ROOT / "configs" / preset)
     assert cfg.env.entry_point == "hdppo.envs.builtin.swarm:make_vector"
     assert cfg.layers[-1].policy.central_critic
+    drone = cfg.layers[-1]  # kickstarted from the pilot, its weight kept, with DAgger's replay, on the crashing env
+    assert drone.teacher.policy.endswith("scripted:field_teacher") and drone.teacher.coeff_final == drone.teacher.coeff > 0
+    assert drone.teacher.replay > 0 and cfg.env.kwargs["crash_on_collision"] is True
     if preset == "swarm_hierarchy.yaml":
         assert [layer.name for layer in cfg.layers] == ["group", "drone"]
         assert cfg.layer_groups() == [["group"], ["drone"]]      # each layer its own DPPO group
@@ -340,8 +343,9 @@ def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_pa
 
     run = tmp_path / "no_crash"
     run.mkdir()
-    cfg = load_config(ROOT / "configs" / "swarm_flat.yaml")
-    (run / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    data = load_config(ROOT / "configs" / "swarm_flat.yaml").model_dump(mode="json")
+    data["env"]["kwargs"]["crash_on_collision"] = False          # the preset trains with crashes
+    (run / "config.yaml").write_text(yaml.safe_dump(data))
     out = tmp_path / "report"
     assert bench.main(["--quick", "--crash", "--only", "scripted,flat", "--run", f"flat={run}",
                        "--episodes", "4", "--scenarios", "8_medium", "--out", str(out)]) == 0
