@@ -372,14 +372,16 @@ def shrink(cfg: dict) -> dict:
     return cfg
 
 
-def train_preset(config: Path, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
-    """Train the preset file ``config`` for ``env_steps`` (all groups together) into ``run_dir``,
-    with ``--set``-style ``overrides`` (``quick``: :func:`shrink` first); returns the run's summary."""
+def train_preset(config: Path, env_steps: int | None, run_dir: Path, overrides: list[str], quick: bool) -> dict:
+    """Train the preset file ``config`` for ``env_steps`` (all groups together; None: the preset's own
+    ``train.total_env_steps``) into ``run_dir``, with ``--set``-style ``overrides`` (``quick``:
+    :func:`shrink` first); returns the run's summary."""
     from hdppo.platform.config import load_config, validate
     from hdppo.platform.ray_runtime import shutdown_ray
     from hdppo.platform.trainer import Trainer
 
-    cfg = load_config(config, [f"train.total_env_steps={env_steps}", "train.eval_episodes=0", *overrides])
+    steps = [] if env_steps is None else [f"train.total_env_steps={env_steps}"]
+    cfg = load_config(config, [*steps, "train.eval_episodes=0", *overrides])
     data = cfg.model_dump(mode="json")
     cfg = validate(shrink(data) if quick else data)
     trainer = Trainer(cfg, run_dir)

@@ -24,9 +24,10 @@ Targets (issue 11): >= 95% of drones reach their goal with a collision rate < 2%
 evaluation episodes with 8 drones.
 
 Usage:
-    python benchmarks/swarm.py                                    # train both, evaluate (about 1 h on 2 loaded cores)
+    python benchmarks/swarm.py                                    # train both presets at their own budgets, evaluate
     python benchmarks/swarm.py --quick                            # smoke: tiny budgets, a few episodes
     python benchmarks/swarm.py --run flat=/tmp/swarm/flat --run hierarchy=/tmp/swarm/hier
+    python benchmarks/swarm.py --no-crash --run flat=OLD_RUN           # a run trained without crash_on_collision
 
 Writes benchmarks/results/swarm.{json,md} (``--quick``: swarm_quick.*; ``--out`` to choose another stem).
 """
@@ -78,8 +79,8 @@ def scripted_rows(episodes: int, scenarios: list[str], crash: bool = False) -> l
     return rows
 
 
-def train(name: str, env_steps: int, run_dir: Path, overrides: list[str], quick: bool) -> dict:
-    """Train preset ``name`` for ``env_steps`` (all groups together) into ``run_dir``."""
+def train(name: str, env_steps: int | None, run_dir: Path, overrides: list[str], quick: bool) -> dict:
+    """Train preset ``name`` for ``env_steps`` (all groups together; None: the preset's own) into ``run_dir``."""
     return train_preset(ROOT / "configs" / CONFIGS[name][0], env_steps, run_dir, overrides, quick)
 
 
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, a few episodes")
     p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per row (default 100; --quick 4)")
     p.add_argument("--env-steps", type=int, default=None, help="training env steps per config, all groups together "
-                   "(default 200,000; --quick 1,000)")
+                   "(default: each preset's own train.total_env_steps, flat 500k, hierarchy 1M; --quick 1,000)")
     p.add_argument("--only", default=None, help="comma list of: scripted, hierarchy, flat")
     p.add_argument("--run", action="append", default=[], metavar="NAME=DIR[@CHECKPOINT]",
                    help="evaluate this run dir (its last checkpoint, or the one named) instead of training NAME")
@@ -203,11 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default=str(ROOT / "runs" / "bench_swarm"))
     p.add_argument("--out", default=None, help="output stem (default benchmarks/results/swarm[_quick])")
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
-    p.add_argument("--crash", action="store_true", help="a collision ends the drone's flight "
-                   "(env crash_on_collision): the scripted pilots fly so, trained runs must have trained so")
+    p.add_argument("--crash", action=argparse.BooleanOptionalAction, default=True,
+                   help="a collision ends the drone's flight (env crash_on_collision, as the presets train): the scripted "
+                   "pilots fly so, trained runs must have trained so; --no-crash for runs trained without it")
     args = p.parse_args(argv)
     episodes = args.episodes or (4 if args.quick else 100)
-    env_steps = args.env_steps or (1_000 if args.quick else 200_000)
+    env_steps = args.env_steps or (1_000 if args.quick else None)  # None: each preset's own budget
     parts = args.only.split(",") if args.only else ["scripted", *CONFIGS]
     unknown = set(parts) - {"scripted", *CONFIGS}
     if unknown:
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             crash = bool((cfg.env.kwargs or {}).get("crash_on_collision", False))
             if crash != args.crash:
                 raise ValueError(f"{run_dir / 'config.yaml'}: env.kwargs.crash_on_collision is {crash}, this report's "
-                                 f"is {args.crash}; {'pass --crash' if crash else 'leave out --crash'} to compare like with like")
+                                 f"is {args.crash}; {'pass --crash' if crash else 'pass --no-crash'} to compare like with like")
             checkpoint = checkpoint or latest_checkpoint(run_dir)
             if checkpoint is None or not checkpoint.exists():
                 raise RuntimeError(f"{run_dir}: no checkpoint {checkpoint or ''}")

@@ -331,8 +331,9 @@ def test_scripted_pilots():
 
 
 def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_path):
-    """benchmarks/swarm.py --crash: the scripted rows fly with crash_on_collision (recorded in the
-    report's settings), and a run trained without crashes is refused by name, not compared."""
+    """benchmarks/swarm.py flies with crash_on_collision by default, as the presets train (the
+    scripted rows too, recorded in the report's settings), and a run trained without crashes is
+    refused by name, not compared."""
     import json
     import sys
 
@@ -347,12 +348,12 @@ def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_pa
     data["env"]["kwargs"]["crash_on_collision"] = False          # the preset trains with crashes
     (run / "config.yaml").write_text(yaml.safe_dump(data))
     out = tmp_path / "report"
-    assert bench.main(["--quick", "--crash", "--only", "scripted,flat", "--run", f"flat={run}",
+    assert bench.main(["--quick", "--only", "scripted,flat", "--run", f"flat={run}",     # --crash is the default
                        "--episodes", "4", "--scenarios", "8_medium", "--out", str(out)]) == 0
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["settings"]["crash_on_collision"] is True and report["scripted"]
     err = report["trained"]["flat"]["error"]
-    assert "crash_on_collision is False" in err and "leave out --crash" in err and str(run) in err
+    assert "crash_on_collision is False" in err and "pass --no-crash" in err and str(run) in err
 
 
 def test_imitation_benchmark_bins_the_gap_to_the_pilot(tmp_path):
