@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..hierarchies.spec import LayerSpec, probe_env
-from ..policies.networks import ActorCritic
+from ..policies.networks import MASKED_LOGIT, ActorCritic
 from ..policies.normalizers import RunningStats
 from .config import Config
 from .errors import ExportError
@@ -57,6 +57,7 @@ class DeterministicPolicy(nn.Module):
         self.actor = copy.deepcopy(policy.actor).float().eval()
         self.normalize = bool(normalize)
         self.clip = float(clip)
+        self.masked_logit = float(MASKED_LOGIT)  # an attribute: TorchScript does not read module globals
         self.register_buffer("mean", torch.as_tensor(np.asarray(mean, np.float32)))
         self.register_buffer("std", torch.as_tensor(np.asarray(std, np.float32)))
         self.box = head.kind == "box"
@@ -77,7 +78,7 @@ class DeterministicPolicy(nn.Module):
         if self.box:
             return torch.minimum(torch.maximum(out, self.low), self.high).reshape([-1] + self.out_shape)
         if action_mask is not None:
-            out = torch.where(action_mask > 0, out, torch.full_like(out, -1e8))  # as ActorCritic: zero probability
+            out = torch.where(action_mask > 0, out, torch.full_like(out, self.masked_logit))  # as ActorCritic: zero probability
         # The argmax of the log-softmax, as ActorCritic.act picks it (ties broken the same way).
         picks = [torch.log_softmax(chunk, dim=-1).argmax(-1) for chunk in torch.split(out, self.nvec, dim=-1)]
         a = torch.stack(picks, dim=-1) + self.start

@@ -17,6 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+# The logit of an action the mask forbids: probability zero in float32, yet finite, so no NaN
+# reaches a softmax or its gradient.
+MASKED_LOGIT = -1e8
+
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -321,7 +325,7 @@ class ActorCritic(nn.Module):
             return Normal(out, self.log_std.exp().expand_as(out))
         if masks is not None and masks.shape[-1] > 0:
             # Illegal actions get a large negative logit: zero probability, finite gradients.
-            out = torch.where(masks > 0, out, torch.full_like(out, -1e8))
+            out = torch.where(masks > 0, out, torch.full_like(out, MASKED_LOGIT))
         return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None = None,
@@ -355,7 +359,7 @@ class ActorCritic(nn.Module):
             logp = -0.5 * (eps * eps).sum(-1) - (float(log_std.sum()) + _HALF_LOG_2PI * out.shape[-1])
         else:
             if masks is not None and masks.shape[-1] > 0:
-                out = np.where(masks.numpy() > 0, out, np.float32(-1e8))
+                out = np.where(masks.numpy() > 0, out, np.float32(MASKED_LOGIT))
             picks, logp = [], np.zeros(out.shape[0], np.float32)
             at = 0
             for n in self.head.nvec:
@@ -409,7 +413,7 @@ class ActorCritic(nn.Module):
             # arguments and normalises twice, which costs more than the network on small inputs.
             logits = run_mlp(self.actor, obs)
             if masks is not None and masks.shape[-1] > 0:
-                logits = torch.where(masks > 0, logits, torch.full_like(logits, -1e8))
+                logits = torch.where(masks > 0, logits, torch.full_like(logits, MASKED_LOGIT))
             parts, logp = [], torch.zeros(logits.shape[0])
             for chunk in torch.split(logits, self.head.nvec, dim=-1):
                 log_probs = torch.log_softmax(chunk, dim=-1)
@@ -489,7 +493,7 @@ class RecurrentActorCritic(nn.Module):
         if self.head.kind == "box":
             return Normal(out, self.log_std.exp().expand_as(out))
         if masks is not None and masks.shape[-1] > 0:
-            out = torch.where(masks > 0, out, torch.full_like(out, -1e8))
+            out = torch.where(masks > 0, out, torch.full_like(out, MASKED_LOGIT))
         return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
 
     def _score(self, out: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None):

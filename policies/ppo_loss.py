@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .networks import MASKED_LOGIT
+
 
 def _mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """Mean over the minibatch, each sample scaled by its loss weight (stale samples count less).
@@ -71,12 +73,12 @@ class LossTerms:
     bounds: torch.Tensor | None = None   # the bounds loss of a Box policy's mean, when it is on
 
 
-# A teacher's action that the mask makes illegal has log-likelihood about -1e8 (its logit is
-# masked to -1e8): such rows are left out of the term. Every other row counts in full, however
+# A teacher's action that the mask makes illegal has log-likelihood about MASKED_LOGIT (-1e8):
+# such rows are left out of the term. Every other row counts in full, however
 # unlikely the student finds it. A floor on the log-likelihood would zero the gradient of exactly
 # the decisions the student gets most wrong: with a Gaussian of std 0.08 in 3 dimensions, an error
 # of 0.6 in one of them is already below -20 (the swarm's drones forgot their near-collisions so).
-ILLEGAL_TEACHER_LOGP = -1.0e6
+ILLEGAL_TEACHER_LOGP = MASKED_LOGIT / 100  # far below any legal row's, far above a masked one's
 
 
 def teacher_nll(teacher_logp: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
