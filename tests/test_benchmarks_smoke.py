@@ -260,3 +260,19 @@ def test_sampling_ab_runs_the_tree_asked_for_and_renders_its_ratios():
                                                      "ratios": [1.5, 2.5], "median_ratio": 2.0}}}
     md = sampling_ab.render(report)
     assert "| hopper | **2.000** | 1.500, 2.500 |" in md and md.count("| hopper | ") == 3
+
+
+def test_train_preset_keeps_the_presets_own_budget_unless_given_one(tmp_path):
+    """``common.train_preset(config, None, ...)`` trains for the preset's ``train.total_env_steps``
+    (what ``benchmarks/swarm.py`` does by default); a number overrides it."""
+    import yaml
+
+    from hdppo.platform.config import load_config
+
+    data = load_config(ROOT / "configs" / "swarm_flat.yaml").model_dump(mode="json")
+    data["train"]["total_env_steps"] = 600
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump(data))
+    own = common.train_preset(preset, None, tmp_path / "own", ["ray.backend=local"], quick=True)
+    given = common.train_preset(preset, 200, tmp_path / "given", ["ray.backend=local"], quick=True)
+    assert 600 <= own["env_steps"] < 1200 and 200 <= given["env_steps"] < 600, (own["env_steps"], given["env_steps"])
