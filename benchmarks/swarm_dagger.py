@@ -2,9 +2,10 @@
 
 Kickstarted PPO runs (``benchmarks/swarm.py`` with a ``teacher``) kept colliding 10-20% of the
 time while the pilot they imitate collides under 1% (until 0845349 removed the teacher term's
-log-likelihood floor, which zeroed the gradient of the worst-fitted decisions). This separates the network from the
-training: a drone network of the shape of ``configs/swarm_flat.yaml``'s (MLP [128, 128], tanh, the
-workers' running observation normaliser) is trained by imitation alone, on-policy as the learner sees it:
+log-likelihood floor, which zeroed the gradient of the worst-fitted decisions). This separates
+the network from the training: a drone network of the shape of ``configs/swarm_flat.yaml``'s
+(MLP [128, 128], tanh, the workers' running observation normaliser) is trained by imitation
+alone, on-policy as the learner sees it:
 rollouts of 4096 drone decisions acting with its own mean plus Gaussian noise ``--sigma``, each
 labelled by ``field_action`` and fitted for 5 epochs in minibatches of 1024 (Adam, lr 5e-4,
 gradient norm 0.5), with or without a replay of past labelled decisions (``--replay``, DAgger's

@@ -335,7 +335,7 @@ def test_the_teacher_term_pulls_hardest_on_the_decisions_the_student_gets_most_w
     errors = torch.tensor([0.05, 0.3, 0.7, 1.0])
     teacher = mean + errors[:, None] * torch.tensor([1.0, 0.0, 0.0])
     grads = []
-    for row in range(4):  # each row's own gradient on the actor's output layer
+    for row in range(4):  # each row's own gradient, over all of the policy's parameters
         policy.zero_grad()
         logp, _ = policy.log_prob_entropy(obs[row:row + 1], teacher[row:row + 1])
         teacher_nll(logp).backward()
