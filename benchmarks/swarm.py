@@ -55,7 +55,12 @@ TRANSFER_SCENARIO = "16_medium"
 CONFIGS = {  # name -> (preset, what it is)
     "hierarchy": ("swarm_hierarchy.yaml", "group (lane, formation) -> drone, two DPPO groups"),
     "flat": ("swarm_flat.yaml", "flat PPO, one layer, shared weights, central critic"),
+    "assignment": ("swarm_assignment.yaml", "mission (goal assignment) -> group -> drone, three DPPO groups"),
 }
+# The assignment rules a run's assigning layer (action.to_env) is set beside, on the same group
+# and drone layers (hdppo.envs.builtin.swarm.assignment).
+MISSION_RULES = ("fixed", "shortest", "longest")
+ASSIGNMENT_TEACHER = "hdppo.envs.builtin.swarm.assignment:assignment_teacher"
 
 
 def shares(episodes: int, drones: int, reached: int, collided: int, steps: float) -> dict:
@@ -74,7 +79,8 @@ def scripted_rows(episodes: int, scenarios: list[str], crash: bool = False) -> l
         for scenario in scenarios:
             t0 = time.perf_counter()
             r = fly(pilot, scenario, episodes, seed=12345, crash_on_collision=crash)
-            rows.append({"pilot": pilot, "scenario": scenario, "wall_s": time.perf_counter() - t0}
+            rows.append({"pilot": pilot, "scenario": scenario, "wall_s": time.perf_counter() - t0,
+                         "assignment_shortest": r["assignment_shortest"], "steps_ci95": mean_ci95(r["steps"])}
                         | shares(r["episodes"], r["drones"], r["reached"], r["collided"], r["mean_steps"]))
     return rows
 
@@ -102,9 +108,10 @@ def scenario_config(cfg, scenario: str):
 
 
 def flights_of(episodes, n_drones: int) -> dict:
-    """Drones reached / collided from each episode's end-of-episode infos (the env's own)."""
+    """Drones reached / collided from each episode's end-of-episode infos (the env's own), and
+    the share of episodes flown with the shortest assignment of regions to groups."""
     reached = collided = 0
-    steps = []
+    steps, shortest = [], []
     for ep in episodes:
         end = next((i for i in ep.infos.values() if "reach_rate" in i), None)
         if end is None:
@@ -112,19 +119,59 @@ def flights_of(episodes, n_drones: int) -> dict:
         reached += round(end["reach_rate"] * n_drones)
         collided += round(end["collision_rate"] * n_drones)
         steps.append(end["episode_steps"])
-    return shares(len(episodes), len(episodes) * n_drones, reached, collided, float(np.mean(steps)))
+        shortest.append(end.get("assignment_shortest", np.nan))
+    return shares(len(episodes), len(episodes) * n_drones, reached, collided, float(np.mean(steps))) | {
+        "assignment_shortest": float(np.mean(shortest)), "steps_ci95": mean_ci95(steps)}
 
 
-def evaluate_checkpoint(cfg, checkpoint: Path, episodes: int, scenario: str) -> dict:
+def mean_ci95(values: list[float]) -> float:
+    """Half-width of the 95% normal interval of the mean of ``values``."""
+    v = np.asarray(values, float)
+    return float(1.96 * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+
+
+def assigning_layer(cfg) -> str | None:
+    """The layer whose decision assigns the goals (action.to_env), if the run has one."""
+    return next((layer.name for layer in cfg.layers if layer.action.to_env), None)
+
+
+def with_mission_rule(cfg, rule: str):
+    """The run's config with its assigning layer given the scripted rule ``rule`` as teacher (to act by it)."""
+    from hdppo.platform.config import validate
+
+    data = cfg.model_dump(mode="json")
+    layer = next(layer for layer in data["layers"] if layer["name"] == assigning_layer(cfg))
+    layer["teacher"] = {"policy": ASSIGNMENT_TEACHER, "kwargs": {"rule": rule}, "coeff": 0.0}
+    return validate(data)
+
+
+def evaluate_checkpoint(cfg, checkpoint: Path, episodes: int, scenario: str, mission_rule: str | None = None) -> dict:
+    """``episodes`` deterministic episodes of the checkpoint on ``scenario``; with ``mission_rule``,
+    the run's assigning layer acts by that scripted rule instead of its policy."""
     from hdppo.envs.builtin.swarm import SCENARIOS
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
     from hdppo.platform.evaluation import evaluate_episodes
 
     states = learner_states(load_checkpoint(checkpoint))
     t0 = time.perf_counter()
-    eps = evaluate_episodes(scenario_config(cfg, scenario), states, episodes, num_envs=20)
+    cfg = scenario_config(cfg, scenario)
+    scripted: list[str] = []
+    if mission_rule is not None:
+        cfg, scripted = with_mission_rule(cfg, mission_rule), [assigning_layer(cfg)]  # type: ignore[list-item]
+    eps = evaluate_episodes(cfg, states, episodes, num_envs=20, scripted=scripted)
     return flights_of(eps, SCENARIOS[scenario].n_drones) | {"scenario": scenario, "checkpoint": checkpoint.name,
+                                                             "mission": mission_rule or "learned",
                                                              "wall_s": time.perf_counter() - t0}
+
+
+def fits(cfg, scenario: str) -> bool:
+    """Whether every layer's weights fly ``scenario``: an assigning layer chooses among the
+    permutations of its training scenario's groups only."""
+    from hdppo.envs.builtin.swarm import SCENARIOS
+    from hdppo.envs.builtin.swarm.assignment import permutations
+
+    name = assigning_layer(cfg)
+    return name is None or cfg.layer(name).action.n == len(permutations(SCENARIOS[scenario].n_groups))
 
 
 def training_curves(run_dir: Path, layer: str) -> dict[str, list[tuple[int, float]]]:
@@ -153,16 +200,22 @@ def render_markdown(report: dict) -> str:
     for name, t in report.get("trained", {}).items():
         for e in t.get("evaluations", []):
             what = CONFIGS[t.get("config", name)][1]
-            rows.append((f"{name} ({what}), {t.get('env_steps', 0):,} env steps", e))
+            mission = e.get("mission", "learned")
+            how = "" if mission == "learned" else f"; assignment scripted: {mission}"
+            rows.append((f"{name} ({what}{how}), {t.get('env_steps', 0):,} env steps", e))
     for r in report.get("scripted", []):
         rows.append((f"scripted {r['pilot']}", r))
     if rows:
-        lines += ["| policy | scenario | episodes | drones | reached | collision rate | mean steps | target met |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["| policy | scenario | episodes | drones | reached | collision rate | mean steps (mission time) "
+                  "| shortest assignment | target met |", "|---|---|---|---|---|---|---|---|---|"]
         for label, e in rows:
+            ci = e.get("steps_ci95")
+            steps = f"{e['mean_steps']:.1f}" + (f" ± {ci:.1f}" if ci is not None and np.isfinite(ci) else "")
+            sh = e.get("assignment_shortest")
+            sh_txt = f"{100 * sh:.0f}%" if sh is not None and np.isfinite(sh) else "–"
             lines.append(f"| {label} | {e['scenario']} | {e['episodes']} | {e['drones']} | "
                          f"{pct(e['reach_share'], e['reach_ci95'])} | {pct(e['collision_rate'], e['collision_ci95'])} | "
-                         f"{e['mean_steps']:.0f} | {'yes' if e['met'] else 'no'} |")
+                         f"{steps} | {sh_txt} | {'yes' if e['met'] else 'no'} |")
     for name, t in report.get("trained", {}).items():
         if "error" in t:
             lines.append(f"\n{name}: failed: `{t['error']}`")
@@ -196,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per row (default 100; --quick 4)")
     p.add_argument("--env-steps", type=int, default=None, help="training env steps per config, all groups together "
                    "(default: each preset's own train.total_env_steps, flat 500k, hierarchy 1M; --quick 1,000)")
-    p.add_argument("--only", default=None, help="comma list of: scripted, hierarchy, flat")
+    p.add_argument("--only", default=None, help="comma list of: scripted, hierarchy, flat, assignment")
     p.add_argument("--run", action="append", default=[], metavar="NAME=DIR[@CHECKPOINT]",
                    help="evaluate this run dir (its last checkpoint, or the one named) instead of training NAME")
     p.add_argument("--set", action="append", default=[], dest="overrides", help="config override for training")
@@ -261,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
             entry["env_steps"] = checkpoint_steps(checkpoint)
             entry["throughput"] = throughput(run_dir)
             entry["curves"] = training_curves(run_dir, cfg.layers[-1].name)
-            entry["evaluations"] = [evaluate_checkpoint(cfg, checkpoint, episodes, sc) for sc in scenarios]
+            entry["evaluations"] = [evaluate_checkpoint(cfg, checkpoint, episodes, sc) for sc in scenarios
+                                    if fits(cfg, sc)]
+            if assigning_layer(cfg) is not None:  # the same lower layers under each scripted assignment
+                entry["evaluations"] += [evaluate_checkpoint(cfg, checkpoint, episodes, sc, rule)
+                                         for sc in scenarios if fits(cfg, sc) for rule in MISSION_RULES]
             e = entry["evaluations"][0]
             print(f"[swarm] {name}: reached {e['reach_share']:.1%}, collisions {e['collision_rate']:.1%} "
                   f"over {e['episodes']} episodes on {e['scenario']}", flush=True)

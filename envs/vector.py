@@ -21,6 +21,9 @@ format (int64 for Discrete); entries of slots that do not act are to be ignored.
 episode ends resets inside the same ``step``: its row of ``obs`` is the reset observation,
 ``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did. Point
 ``env.type: vector`` and ``env.entry_point`` at a factory ``make(num_envs, seed, **kwargs)``.
+An env whose task an upper layer changes (swarm's goal assignment) also defines
+``apply_command(layer, copies, lanes, actions)``, which a layer with ``action.to_env: true``
+calls with its decisions before the layers below act.
 """
 from __future__ import annotations
 
@@ -90,6 +93,20 @@ class VectorMultiAgentEnv:
     def reset(self, seed: int | None = None) -> VecObs: ...
     def step(self, actions: np.ndarray) -> VecStep: ...
     def close(self) -> None: ...
+
+    # Optional: an env whose task an upper layer's decision changes (``action.to_env: true``),
+    # such as swarm's goal assignment. The sampler calls it right after that layer decides and
+    # before the layers below act, so that they see the changed task in the same step.
+    def apply_command(self, layer: str, copies: np.ndarray, lanes: np.ndarray, actions: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Layer ``layer``'s decisions: lane ``lanes[k]`` of copy ``copies[k]`` chose ``actions[k]``
+        (the layer's action as its policy gives it: indices for discrete commands, values for a
+        Box). Returns the observations ``[N, A, D]`` and the state ``[N, S]`` (None when it is not
+        asked for, ``want_state``) as they are after the decisions, or None if no observation
+        changed."""
+        raise EnvError(f"env {self.name!r} takes no decisions from an upper layer (action.to_env): it has no "
+                       "apply_command(layer, copies, lanes, actions) method. Write one into a natively vectorised "
+                       "env (see hdppo.envs.vector), or set action.to_env: false.")
 
     # Only envs made of per-copy Python envs have these (custom observation views need them).
     def raw_obs(self, i: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ command: then it closes now, bootstrapped from V(next observation), as a flat PP
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -428,6 +428,12 @@ class Sampler:
             else:
                 onehots = command_vectors(p.spec, actions)
                 self.commands[p.name][lanes] = shaped(onehots)
+                if p.spec.cfg.action.to_env:  # the decision changes the task: the layers below see it now
+                    n_idx, l_idx = np.nonzero(due)
+                    changed = self.venv.apply_command(p.name, n_idx, l_idx, np.asarray(actions))
+                    if changed is not None:
+                        obs_now, state_now = changed
+                        self.now = now = replace(now, obs=obs_now, state=now.state if state_now is None else state_now)
                 if p.name in self.command_counts:
                     self.command_counts[p.name] += onehots.sum(0).astype(np.int64)
             if buf is None:

@@ -120,6 +120,11 @@ def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[L
             parent_lane(specs[-2], [agent])
     for spec in specs:
         _sizes(spec, specs, probe, known, first)
+        if spec.cfg.action.to_env and getattr(type(probe), "apply_command", None) in (None, VectorMultiAgentEnv.apply_command):
+            raise _layer_error(spec, "action.to_env", f"env {probe.name!r} takes no decisions from an upper layer: it "
+                               "has no apply_command(layer, copies, lanes, actions) method (only a natively vectorised "
+                               "env, env.type: vector, can define one; see hdppo.envs.vector). Set action.to_env: "
+                               "false, or use an env that defines it (swarm's goal assignment does).")
     return specs
 
 

@@ -372,9 +372,16 @@ class ActionSpec(_Strict):
     nvec: Optional[list[int]] = Field(None, description="multidiscrete: choices per component.")
     low: Optional[list[float]] = Field(None, description="box: lower bounds of the goal vector.")
     high: Optional[list[float]] = Field(None, description="box: upper bounds of the goal vector.")
+    to_env: bool = Field(False, description="Also hand each decision to the env, through its apply_command(layer, "
+                         "copies, lanes, actions) (hdppo.envs.vector), before the layers below act: a decision that "
+                         "changes the task itself, such as assigning goals (swarm). Upper layers only; the env "
+                         "must be natively vectorised (env.type: vector) and define apply_command.")
 
     @model_validator(mode="after")
     def _complete(self) -> "ActionSpec":
+        if self.to_env and self.type == "env":
+            raise ValueError("to_env is for an upper layer's command (type discrete, multidiscrete or box); the "
+                             "bottom layer's actions (type env) go to the env already")
         if self.type == "discrete" and self.n is None:
             raise ValueError("a discrete command needs n (the number of commands), e.g. {type: discrete, n: 4}")
         if self.type == "multidiscrete" and (not self.nvec or any(k < 2 for k in self.nvec)):
@@ -734,7 +741,8 @@ class Config(_Strict):
                 raise ValueError(f"{where}.action: only the bottom layer takes env actions; give this layer a "
                                  "command space, e.g. {type: discrete, n: 4}")
             below = self.layers[i + 1]
-            if not below.observation.command and not below.reward.intrinsic_fn:
+            # A command handed to the env (to_env) reaches the layers below through the env.
+            if not below.observation.command and not below.reward.intrinsic_fn and not layer.action.to_env:
                 raise ValueError(f"{where}.action: the layer below ({below.name}) neither observes the command "
                                  "(observation.command: false) nor is rewarded for following it; it cannot take "
                                  "this command. Set observation.command: true on that layer")

@@ -283,14 +283,15 @@ def test_configs_load(preset):
         assert cfg.layer("group").agents.squads == SwarmEnv(scenario="8_medium").groups
 
 
-def test_a_few_updates_log_reach_and_collisions_per_layer(tmp_path):
+@pytest.mark.parametrize("preset, layers, steps", [("swarm_hierarchy.yaml", ["group", "drone"], 600),
+                                                   ("swarm_assignment.yaml", ["mission", "group", "drone"], 1200)])
+def test_a_few_updates_log_reach_and_collisions_per_layer(tmp_path, preset, layers, steps):
     """The hierarchy trains, each layer its own group, and each layer's run charts the episodes'
     reach and collision rates (the env's metadata['episode_metrics'])."""
     from hdppo.platform.config import validate
     from hdppo.platform.trainer import Trainer
 
-    preset, layers = "swarm_hierarchy.yaml", ["group", "drone"]
-    cfg = load_config(ROOT / "configs" / preset, ["ray.backend=local", "train.total_env_steps=600",
+    cfg = load_config(ROOT / "configs" / preset, ["ray.backend=local", f"train.total_env_steps={steps}",
                                                   "train.checkpoint_every=1", "train.eval_episodes=0"])
     data = cfg.model_dump(mode="json")
     data["env"]["kwargs"]["max_steps"] = 12
@@ -305,7 +306,7 @@ def test_a_few_updates_log_reach_and_collisions_per_layer(tmp_path):
     logged = (tmp_path / "run" / "metrics.jsonl").read_text()
     for name in layers:
         assert f'"layer": "{name}", "tag": "losses/approx_kl"' in logged, name
-        for key in ("reach_rate", "collision_rate"):
+        for key in ("reach_rate", "collision_rate", "assignment_shortest"):
             assert f'"layer": "{name}", "tag": "episode/{key}"' in logged, (name, key)
 
 
@@ -354,6 +355,30 @@ def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_pa
     assert report["settings"]["crash_on_collision"] is True and report["scripted"]
     err = report["trained"]["flat"]["error"]
     assert "crash_on_collision is False" in err and "pass --no-crash" in err and str(run) in err
+
+
+def test_benchmark_sets_the_learned_assignment_beside_the_scripted_rules(tmp_path):
+    """benchmarks/swarm.py on a run with an assigning layer: the learned row on 8 drones only
+    (its two choices fit two groups), and the same lower layers under each scripted rule; the
+    'shortest' rule flies the shortest assignment in every episode, 'longest' in none where the
+    two differ."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import swarm as bench
+
+    out = tmp_path / "report"
+    assert bench.main(["--quick", "--only", "assignment", "--runs-dir", str(tmp_path / "runs"), "--episodes", "4",
+                       "--set", "env.kwargs.max_steps=15", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    entry = report["trained"]["assignment"]
+    assert "error" not in entry, entry.get("error")
+    rows = {(e["scenario"], e["mission"]): e for e in entry["evaluations"]}
+    assert set(rows) == {("8_medium", m) for m in ("learned", "fixed", "shortest", "longest")}
+    assert rows[("8_medium", "shortest")]["assignment_shortest"] == 1.0
+    assert rows[("8_medium", "longest")]["assignment_shortest"] == 0.0
+    assert "assignment scripted: shortest" in out.with_suffix(".md").read_text()
 
 
 def test_imitation_benchmark_bins_the_gap_to_the_pilot(tmp_path):

@@ -15,6 +15,7 @@ REWARDS: dict[str, str] = {
     "skirmish_follow_order": "hdppo.envs.builtin.skirmish.rewards",
     "skirmish_squad_objective": "hdppo.envs.builtin.skirmish.rewards",
     "swarm_follow_command": "hdppo.envs.builtin.swarm.rewards",
+    "swarm_mission_time": "hdppo.envs.builtin.swarm.assignment",
     "grasp_follow_phase": "hdppo.envs.builtin.grasp.rewards",
     "driving_follow_tactic": "hdppo.envs.builtin.driving",
     "hexapod_velocity_tracking": "hdppo.envs.builtin.hexapod.rewards",

@@ -17,7 +17,7 @@ penalised (the drone flies on, pushed back to the obstacle's surface; with
 | action (each) | Box(-1, 1, (3,), float32): the acceleration asked for, times ``accel_max`` = 5 m/s^2 per axis, on top of hovering; the thrust is capped at 14 m/s^2 (about 1.4 g) in norm, the speed at 3 m/s |
 | state() | Box(-1, 1, (409,), float32): 16 drone slots x 12 (position, velocity, goal offset, in the field, reached, collided), 24 obstacle slots x 9 (present, centre, radius, velocity, cylinder), time; the same size in every scenario |
 | reward (each) | ``reward_progress * (m closer to the goal) + reward_reach * (reached this step) - reward_collision * (new collisions this step) - reward_time - reward_proximity * closeness``, closeness = the sum over obstacles and other drones of ``((proximity_margin - gap) / proximity_margin)^2`` for surface gaps under the margin (shaping; off by default) |
-| info (each) | per step: ``group``, ``reached``, ``collided`` (1 once it collided this episode), ``collisions``, ``collision`` (new this step), ``progress``, ``altitude`` (z / height), ``in_field``, ``cohesion``, ``spacing`` (:func:`.env.drone_infos`); on the last step also ``reach_rate`` and ``collision_rate`` (fractions of the field's drones that reached their goal / collided at least once) and ``episode_steps`` |
+| info (each) | per step: ``group``, ``reached``, ``collided`` (1 once it collided this episode), ``collisions``, ``collision`` (new this step), ``progress``, ``altitude`` (z / height), ``in_field``, ``cohesion``, ``spacing`` (:func:`.env.drone_infos`); on the last step also ``reach_rate`` and ``collision_rate`` (fractions of the field's drones that reached their goal / collided at least once), ``episode_steps`` and ``assignment_shortest`` (1 when the groups flew to the regions with the shortest summed distance from their starts) |
 | episode | a drone terminates when it reaches its goal (or, with ``crash_on_collision``, collides); the rest are truncated at ``max_steps`` |
 | arguments | ``scenario="8_medium"`` (see below, or a :class:`Scenario`), ``max_steps=None`` (the scenario's: 150 steps of 0.1 s), ``k_neighbors=4`` (Kn), ``k_obstacles=4`` (Ko), ``reward_progress=1.0``, ``reward_reach=10.0``, ``reward_collision=10.0``, ``reward_time=0.01``, ``reward_proximity=0.0``, ``proximity_margin=1.0`` (m), ``crash_on_collision=False`` (a collision ends the drone's flight, as a real quadrotor's; the penalty is paid once and the drone's remaining progress and reach bonus are lost), ``render_mode=None`` (or ``"rgb_array"``) |
 | render | ``rgb_array``: ``[420, 480, 3]`` uint8, the field from above and from the side (:mod:`.render`) |
@@ -52,6 +52,14 @@ their episode (the mean of ``collision_rate``).
 lane to cross the field in (low, middle, high) and the formation (tight, loose);
 ``swarm_follow_command`` (:mod:`.rewards`) rewards the drone layer (per drone, shared weights)
 for keeping to it. Reaching the goal and avoiding collisions is the env reward's part.
+
+**Goal assignment** (mission / group / drone, :mod:`.assignment`). Group g flies to region g
+unless a layer assigns the regions: a layer with ``action: {type: discrete, n: G!, to_env:
+true}`` and one lane for the swarm (``agents: all``) picks one of the G! permutations, which the
+vector env applies (``SwarmVector.apply_command``) before the layers below act; the drones'
+goals move to their pads in the assigned regions. ``swarm_mission_time`` rewards such a layer
+for the mission's time and collisions (not progress, which pays for longer routes).
+``assignment.assignment_teacher`` gives the scripted rules (fixed, shortest, longest, random).
 """
 from .core import Physics, RewardWeights, StepArrays, Swarm
 from .env import SwarmEnv, SwarmVector, drone_infos, make_vector, parallel_env

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .assignment import assignment_costs, permutations
 from .scenarios import MAX_DRONES, MAX_OBSTACLES, Scenario
 
 GRAVITY = 9.81
@@ -118,6 +119,14 @@ class Swarm:
         self.orad = np.zeros((N, M))
         self.ovel = np.zeros((N, M, 3))
         self.region = np.zeros((N, self.G, 3))
+        self.assignment = np.tile(np.arange(self.G), (N, 1))   # [N, G]: the region each group flies to
+        self.shortest = self.assignment.copy()                 # [N, G]: the shortest assignment from the start
+        # Members of a group: a square pattern (y, z) 1.6 m apart around the group's start, and the
+        # same pattern of pads (x, y, z offsets) around the centre of the region it flies to.
+        m = np.arange(scenario.group_size)
+        side = int(np.ceil(np.sqrt(scenario.group_size)))
+        offs = np.stack([m % side - (side - 1) / 2, m // side - (side - 1) / 2], -1) * 1.6
+        self.pads = np.concatenate([np.zeros((self.n, 1)), offs[np.arange(self.n) % scenario.group_size]], -1)
         self.obs = np.zeros((N, n, self.obs_dim), np.float32)
         self.dist = np.zeros((N, n))
         self._group_stats: tuple[np.ndarray, np.ndarray] | None = None   # of the current step, made when asked
@@ -143,20 +152,17 @@ class Swarm:
         self.region[idx] = region
         perm = np.argsort(rng.random((k, self.G)), 1)
         start_c = centre[perm] + rng.uniform(-0.15, 0.15, (k, self.G, 2)) * size
-        # Members of a group: a square pattern (y, z) 1.6 m apart around the group's start.
-        m = np.arange(sc.group_size)
-        side = int(np.ceil(np.sqrt(sc.group_size)))
-        offs = np.stack([m % side - (side - 1) / 2, m // side - (side - 1) / 2], -1) * 1.6
-        yz = start_c[:, self.group] + offs[np.arange(self.n) % sc.group_size]
+        yz = start_c[:, self.group] + self.pads[:, 1:]
         x = rng.uniform(1.0, 2.0, (k, self.n, 1))
         pos = np.concatenate([x, yz], -1)
         r = self.ph.drone_radius
         pos = np.clip(pos, r, self.world - r)
         self.pos[idx] = pos
         self.vel[idx] = 0.0
-        # Each drone's goal is its own pad in the group's region, in the pattern it starts in.
-        pads = np.concatenate([np.zeros((self.n, 1)), offs[np.arange(self.n) % sc.group_size]], -1)
-        self.goal[idx] = np.clip(region[:, self.group] + pads, r, self.world - r)
+        # Each drone's goal is its own pad in its group's region, in the pattern it starts in;
+        # group g flies to region g until an upper layer assigns the regions otherwise (assign()).
+        self.assignment[idx] = np.arange(self.G)
+        self.goal[idx] = np.clip(region[:, self.group] + self.pads, r, self.world - r)
         self.active[idx] = True
         self.reached[idx] = False
         self.collided[idx] = False
@@ -177,6 +183,29 @@ class Swarm:
             self.oc[idx] = c
             self.orad[idx] = rad
             self.ovel[idx] = np.where(self.moving[None, :, None], v, 0.0)
+        self.dist[idx] = np.linalg.norm(self.goal[idx] - self.pos[idx], axis=-1)
+        # The assignment of regions to groups with the shortest summed distance from the start
+        # (for the episode metric assignment_shortest: did an upper layer find it?).
+        self.shortest[idx] = permutations(self.G)[assignment_costs(self.pos[idx], self.active[idx], self.group,
+                                                                    self.region[idx]).argmin(1)]
+        self._observe(idx)
+
+    def assign(self, copies: np.ndarray, regions: np.ndarray) -> None:
+        """Send group g of copy ``copies[k]`` to region ``regions[k, g]`` (``regions [k, G]``, each
+        row a permutation of the regions): its drones' goals become their pads there. Drones that
+        landed keep their outcome; the distance that pays progress is measured to the new goal
+        from now on (a reassignment neither pays nor costs progress by itself)."""
+        idx = np.asarray(copies, np.int64)
+        regions = np.asarray(regions, np.int64).reshape(len(idx), self.G)
+        if len(idx) == 0:
+            return
+        if (np.sort(regions, 1) != np.arange(self.G)).any():
+            raise ValueError(f"swarm: each row of an assignment must be a permutation of the {self.G} regions, "
+                             f"not {regions.tolist()}")
+        r = self.ph.drone_radius
+        self.assignment[idx] = regions
+        region = np.take_along_axis(self.region[idx], regions[..., None], 1)        # [k, G, 3]
+        self.goal[idx] = np.clip(region[:, self.group] + self.pads, r, self.world - r)
         self.dist[idx] = np.linalg.norm(self.goal[idx] - self.pos[idx], axis=-1)
         self._observe(idx)
 

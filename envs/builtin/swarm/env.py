@@ -13,13 +13,14 @@ from pettingzoo import ParallelEnv
 
 from ...errors import EnvError
 from ...vector import LazyStepInfos, VecObs, VecStep, VectorMultiAgentEnv
+from .assignment import permutations
 from .core import Physics, RewardWeights, StepArrays, Swarm
 from .render import frame
 from .scenarios import SCENARIOS, Scenario, get_scenario
 
 
 # Keys of the last step's infos that describe the whole episode (every drone's info has them).
-EPISODE_METRICS = ("reach_rate", "collision_rate")
+EPISODE_METRICS = ("reach_rate", "collision_rate", "assignment_shortest")
 
 
 def make_swarm(num_copies: int, scenario: str | Scenario, max_steps: int | None, k_neighbors: int, k_obstacles: int,
@@ -59,7 +60,8 @@ def drone_infos(s: Swarm, res: StepArrays | None, copy: int, drones: list[int], 
     out: dict[str, dict] = {}
     end = res is not None and bool(res.ended[copy])
     summary = {"reach_rate": float(s.reached[copy].mean()), "collision_rate": float(s.collided[copy].mean()),
-               "episode_steps": int(s.t[copy])} if end else {}
+               "episode_steps": int(s.t[copy]),
+               "assignment_shortest": float((s.assignment[copy] == s.shortest[copy]).all())} if end else {}
     for i, name in zip(drones, names):
         out[name] = {"group": int(s.group[i]), "reached": int(s.reached[copy, i]),
                      "collided": int(s.collided[copy, i]), "collisions": int(s.collisions[copy, i]),
@@ -245,6 +247,28 @@ class SwarmVector(VectorMultiAgentEnv):
                        rewards=rewards, terminated=term.copy(), truncated=trunc, final_obs=final_obs,
                        final_state=final_state, episode_end=end, infos=infos,  # type: ignore[arg-type]
                        episodes=episodes)
+
+    def apply_command(self, layer: str, copies: np.ndarray, lanes: np.ndarray, actions: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Goal assignment by an upper layer (``action: {type: discrete, n: G!, to_env: true}``,
+        one lane for the whole swarm): action k sends group g to region
+        ``assignment.permutations(G)[k][g]`` (:mod:`.assignment`)."""
+        s = self.swarm
+        perms = permutations(s.G)
+        copies = np.asarray(copies, np.int64)
+        a = np.asarray(actions).reshape(len(copies), -1)
+        if a.shape[1] != 1 or len(np.unique(copies)) != len(copies):
+            raise EnvError(f"swarm: layer {layer!r} assigns goals (action.to_env) with {a.shape[1]} value(s) per "
+                           f"decision and {len(copies) - len(np.unique(copies))} copies decided twice; goal "
+                           f"assignment needs one lane for the whole swarm (agents: all) and one Discrete choice, "
+                           f"action: {{type: discrete, n: {len(perms)}}} for {s.G} groups.")
+        k = np.rint(a[:, 0]).astype(np.int64)
+        if (k < 0).any() or (k >= len(perms)).any():
+            raise EnvError(f"swarm: layer {layer!r} chose assignment(s) {sorted(set(k.tolist()))}, but {s.G} groups "
+                           f"have {len(perms)} assignments of regions (permutations); set the layer's action to "
+                           f"{{type: discrete, n: {len(perms)}, to_env: true}} for scenario {s.sc.name!r}.")
+        s.assign(copies, perms[k])
+        return s.obs.copy(), (s.state() if self.want_state else None)
 
     def close(self) -> None:
         pass

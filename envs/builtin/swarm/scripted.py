@@ -105,6 +105,7 @@ def fly(pilot: str, scenario: str, episodes: int = 100, copies: int = 20, seed: 
     done = np.zeros(copies, np.int64)
     drones = reached = collided = 0
     steps: list[int] = []
+    shortest: list[float] = []
     while (done < quota).any():
         res = vec.step(PILOTS[pilot](s))
         for i in np.flatnonzero(res.episode_end):
@@ -115,6 +116,8 @@ def fly(pilot: str, scenario: str, episodes: int = 100, copies: int = 20, seed: 
             reached += round(info["reach_rate"] * s.n)
             collided += round(info["collision_rate"] * s.n)
             steps.append(info["episode_steps"])
+            shortest.append(info["assignment_shortest"])
             done[i] += 1
     return {"episodes": int(quota.sum()), "drones": drones, "reached": reached, "collided": collided,
-            "reach_share": reached / drones, "collision_rate": collided / drones, "mean_steps": float(np.mean(steps))}
+            "reach_share": reached / drones, "collision_rate": collided / drones, "mean_steps": float(np.mean(steps)),
+            "steps": steps, "assignment_shortest": float(np.mean(shortest))}
