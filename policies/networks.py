@@ -64,15 +64,19 @@ NUMPY_ACT_MAX_VALUES = 8192
 
 
 class NumpyMLP:
-    """An MLP's forward pass in numpy, on *views* of its torch parameters.
+    """An actor's forward pass in numpy: an MLP, optionally behind a small-image conv encoder.
 
-    A worker acts on a few rows every env step (4 Hopper copies, 24 MPE agents). There each of
-    torch's ~15 operator calls costs more than its maths: an act took ~120 us in torch and ~35 us
-    here (4 rows of Hopper). The arrays share memory with the parameters, so ``load_state_dict``
-    (an in-place copy) and optimizer steps are seen without a refresh; a parameter whose storage
-    moved (``.data =``, ``.to(device)``) is noticed by its data pointer and the views rebuilt.
-    Only plain MLPs (Linear, Tanh, ReLU) of float32 on the CPU qualify: :meth:`build` returns None
-    otherwise. ``extra`` parameters (a log-std) get views too, in :attr:`extra`.
+    A worker acts on a few rows every env step (4 Hopper copies, 24 MPE agents, 4 MinAtar
+    screens). There each of torch's ~15 operator calls costs more than its maths: an act took
+    ~120 us in torch and ~35 us here (4 rows of Hopper), ~290 us and ~60 us with MinAtar's conv
+    (4 rows of 10x10x4). A linear layer's weight is used through a transposed *view* of its
+    torch parameter; what must be rearranged (a conv kernel as an im2col matrix, the linear
+    layer after the convs in the maps' height-width-channel order) is a copy. Both are rebuilt
+    when a parameter changes: torch bumps a tensor's version on every in-place write
+    (``load_state_dict``, optimizer steps), and a storage that moved (``.data =``,
+    ``.to(device)``) changes its data pointer. Only float32 CPU actors of Linear, Tanh and ReLU,
+    optionally led by an :class:`ImageEncoder`, qualify: :meth:`build` returns None otherwise.
+    ``extra`` parameters (a log-std) get views too, in :attr:`extra`.
     """
 
     def __init__(self, seq: nn.Sequential, extra: Sequence[torch.Tensor] = ()):
@@ -83,7 +87,14 @@ class NumpyMLP:
 
     @staticmethod
     def build(seq: nn.Module, extra: Sequence[torch.Tensor] = ()) -> "NumpyMLP | None":
-        if not isinstance(seq, nn.Sequential) or not all(type(m) in (nn.Linear, nn.Tanh, nn.ReLU) for m in seq):
+        if not isinstance(seq, nn.Sequential) or not len(seq):
+            return None
+        mods = list(seq)
+        if isinstance(mods[0], ImageEncoder):
+            if not _numpy_image_encoder(mods[0]):
+                return None
+            mods = mods[1:]
+        if not all(type(m) in (nn.Linear, nn.Tanh, nn.ReLU) for m in mods):
             return None
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in [*seq.parameters(), *extra]):
             return None
@@ -92,17 +103,22 @@ class NumpyMLP:
     def _bind(self) -> None:
         self.ops: list[tuple] = []
         for m in self.seq:
-            if type(m) is nn.Linear:  # x @ W.T: a transposed view, which BLAS takes as it is
+            if isinstance(m, ImageEncoder):
+                self.ops.append((_image_op(m), m))
+            elif type(m) is nn.Linear:  # x @ W.T: a transposed view, which BLAS takes as it is
                 self.ops.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))
             else:
-                self.ops.append((np.tanh if type(m) is nn.Tanh else _relu_,))
+                self.ops.append((_activation(m),))
         self.extra = [p.detach().numpy() for p in self.params[len(self.params) - self.n_extra:]]
-        self.ptrs = [p.data_ptr() for p in self.params]
+        self.stamp = self._stamp()
+
+    def _stamp(self) -> list[tuple[int, int]]:
+        return [(p.data_ptr(), p._version) for p in self.params]
 
     def fresh(self) -> bool:
-        """True when the views are current (rebuilt if a storage moved); False once a parameter
-        left the CPU, for the caller to fall back to torch."""
-        if [p.data_ptr() for p in self.params] != self.ptrs:
+        """True when the arrays are current (rebuilt if a parameter changed or moved); False once
+        a parameter left the CPU, for the caller to fall back to torch."""
+        if self._stamp() != self.stamp:
             if any(p.device.type != "cpu" for p in self.params):
                 return False
             self._bind()
@@ -111,11 +127,64 @@ class NumpyMLP:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         for op in self.ops:
             if len(op) == 2:
+                if isinstance(op[1], ImageEncoder):
+                    x = _image_forward(x, op[0])
+                    continue
                 x = x @ op[0]
                 x += op[1]
             else:
                 op[0](x, out=x)
         return x
+
+
+def _activation(m: nn.Module):
+    return np.tanh if type(m) is nn.Tanh else _relu_
+
+
+def _numpy_image_encoder(enc: "ImageEncoder") -> bool:
+    """Whether numpy can run ``enc``: plain convs (no padding, dilation or groups) and ReLU/Tanh."""
+    mods = list(enc.convs)
+    convs, acts = mods[0::2], mods[1::2]
+    return (all(type(c) is nn.Conv2d and c.padding == (0, 0) and c.dilation == (1, 1) and c.groups == 1
+                and c.stride[0] == c.stride[1] and c.kernel_size[0] == c.kernel_size[1] for c in convs)
+            and all(type(a) in (nn.Tanh, nn.ReLU) for a in acts) and len(convs) == len(acts)
+            and type(enc.act) in (nn.Tanh, nn.ReLU))
+
+
+def _image_op(enc: "ImageEncoder") -> tuple:
+    """``enc`` as arrays for :func:`_image_forward`: each conv's kernel as an im2col matrix
+    ``[k * k * C_in, C_out]`` (rows in (kh, kw, C) order), and the linear layer's weight with its
+    columns in the maps' (H, W, C) order, transposed."""
+    convs = []
+    c_out, h_f, w_f = enc.chw
+    mods = list(enc.convs)
+    for conv, act in zip(mods[0::2], mods[1::2]):
+        w = conv.weight.detach().numpy()                                  # [out, C, k, k]
+        k, stride = w.shape[-1], conv.stride[0]
+        convs.append((k, stride, np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(k * k * w.shape[1], -1)),
+                      conv.bias.detach().numpy(), _activation(act)))
+        c_out, h_f, w_f = w.shape[0], (h_f - k) // stride + 1, (w_f - k) // stride + 1
+    lw = enc.linear.weight.detach().numpy()                                # [F, C * Hf * Wf]
+    lin = np.ascontiguousarray(lw.reshape(-1, c_out, h_f, w_f).transpose(0, 2, 3, 1).reshape(lw.shape[0], -1).T)
+    return enc.chw, enc.channels_last, enc.pixels, convs, lin, enc.linear.bias.detach().numpy(), _activation(enc.act)
+
+
+def _image_forward(x: np.ndarray, op: tuple) -> np.ndarray:
+    """:meth:`ImageEncoder.forward` in numpy: im2col convs on height-width-channel maps."""
+    (c, h, w), channels_last, pixels, convs, lin, lin_b, act = op
+    B = x.shape[0]
+    img = x[:, :pixels].reshape(B, h, w, c) if channels_last else x[:, :pixels].reshape(B, c, h, w).transpose(0, 2, 3, 1)
+    for k, stride, wm, b, conv_act in convs:
+        win = np.lib.stride_tricks.sliding_window_view(img, (k, k), axis=(1, 2))[:, ::stride, ::stride]  # [B, H', W', C, k, k]
+        ho, wo = win.shape[1], win.shape[2]
+        m = win.transpose(0, 1, 2, 4, 5, 3).reshape(B * ho * wo, -1) @ wm
+        m += b
+        conv_act(m, out=m)
+        img = m.reshape(B, ho, wo, -1)
+    z = img.reshape(B, -1) @ lin
+    z += lin_b
+    act(z, out=z)
+    return np.concatenate([z, x[:, pixels:]], axis=1) if x.shape[1] > pixels else z
 
 
 def _relu_(x: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from hdppo.platform.config import validate
 from hdppo.platform.learner import Learner
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.trainer import Trainer
-from hdppo.policies.networks import ActorCritic
+from hdppo.policies.networks import NUMPY_ACT_MAX_VALUES, ActorCritic, NumpyMLP
 
 
 @pytest.mark.parametrize("space", [gym.spaces.Box(-2.0, 2.0, (3,)), gym.spaces.Discrete(4, start=1),
@@ -139,3 +139,43 @@ def test_numpy_act_is_seeded_by_torch():
         net = ActorCritic(4, gym.spaces.Box(-1, 1, (2,)))
         return net.act(torch.ones(5, 4))[0]
     np.testing.assert_array_equal(draw(), draw())
+
+
+@pytest.mark.parametrize("chw, last, channels, extra", [((4, 10, 10), True, [16], 0), ((5, 13, 13), True, [8, 8], 3),
+                                                        ((3, 12, 9), False, [6], 2)],
+                         ids=["minatar", "magent-with-command", "chw-nonsquare"])
+def test_numpy_act_runs_small_image_encoders(chw, last, channels, extra):
+    """A CNN actor on small images acts in numpy too (im2col convs): the same modes and log-probs
+    as torch, for channels-last and channels-first images, non-square ones, two conv layers and
+    a command beside the image; and it follows new weights loaded in place."""
+    torch.manual_seed(3)
+    enc = {"kind": "cnn", "chw": chw, "channels_last": last, "channels": channels, "features": 32}
+    pixels = int(np.prod(chw))
+    net = ActorCritic(pixels + extra, gym.spaces.Discrete(5), hidden=[16], activation="relu", encoder=enc)
+    assert net._numpy_actor() is not None
+    obs = torch.rand(4, pixels + extra)
+    np_mode, np_logp, _ = net.act(obs, deterministic=True)
+    t_mode, t_logp, _ = net._act_torch(obs, deterministic=True)
+    np.testing.assert_array_equal(np_mode, t_mode)
+    np.testing.assert_allclose(np_logp, t_logp, rtol=1e-5, atol=1e-5)
+    a, logp, _ = net.act(obs)
+    ref, _ = net.log_prob_entropy(obs, torch.as_tensor(a))
+    np.testing.assert_allclose(logp, ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    other = ActorCritic(pixels + extra, gym.spaces.Discrete(5), hidden=[16], activation="relu", encoder=enc)
+    net.load_state_dict(other.state_dict())  # in place: the rearranged kernels are rebuilt
+    np.testing.assert_allclose(net.act(obs, deterministic=True)[1], other._act_torch(obs, deterministic=True)[1],
+                               rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # an optimizer-style in-place step is seen too
+        net.actor[0].convs[0].weight.mul_(-1.5)
+    np.testing.assert_allclose(net.act(obs, deterministic=True)[1], net._act_torch(obs, deterministic=True)[1],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_large_images_and_padded_convs_stay_in_torch():
+    enc = {"kind": "cnn", "chw": (3, 84, 84), "channels_last": False, "channels": [8], "features": 16}
+    net = ActorCritic(3 * 84 * 84, gym.spaces.Discrete(3), hidden=[], activation="relu", encoder=enc)
+    assert net._numpy_actor() is not None          # it could, but 4 rows of 21k values go to torch:
+    assert 4 * 3 * 84 * 84 > NUMPY_ACT_MAX_VALUES
+    small = ActorCritic(400, gym.spaces.Discrete(3), hidden=[], encoder={**enc, "chw": (4, 10, 10), "channels_last": True})
+    small.actor[0].convs[0].padding = (1, 1)
+    assert NumpyMLP.build(small.actor) is None
