@@ -56,7 +56,12 @@ CONFIGS = {  # name -> (preset, what it is)
     "hierarchy": ("swarm_hierarchy.yaml", "group (lane, formation) -> drone, two DPPO groups"),
     "flat": ("swarm_flat.yaml", "flat PPO, one layer, shared weights, central critic"),
     "assignment": ("swarm_assignment.yaml", "mission (goal assignment) -> group -> drone, three DPPO groups"),
+    "assignment16": ("swarm_assignment_16.yaml", "mission over 24 assignments, over the assignment run's frozen "
+                     "group and drone layers"),
 }
+# Presets whose frozen layers load another config's run (schedule.checkpoint): trained here, they
+# load the run this benchmark has for that config.
+FROZEN_FROM = {"assignment16": "assignment"}
 # The assignment rules a run's assigning layer (action.to_env) is set beside, on the same group
 # and drone layers (hdppo.envs.builtin.swarm.assignment).
 MISSION_RULES = ("fixed", "shortest", "longest")
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=None, help="evaluation episodes per row (default 100; --quick 4)")
     p.add_argument("--env-steps", type=int, default=None, help="training env steps per config, all groups together "
                    "(default: each preset's own train.total_env_steps, flat 500k, hierarchy 1M; --quick 1,000)")
-    p.add_argument("--only", default=None, help="comma list of: scripted, hierarchy, flat, assignment")
+    p.add_argument("--only", default=None, help="comma list of: scripted, hierarchy, flat, assignment, assignment16")
     p.add_argument("--run", action="append", default=[], metavar="NAME=DIR[@CHECKPOINT]",
                    help="evaluate this run dir (its last checkpoint, or the one named) instead of training NAME")
     p.add_argument("--set", action="append", default=[], dest="overrides", help="config override for training")
@@ -299,8 +304,18 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint = run_dir / "checkpoints" / ck if ck else None
             else:
                 run_dir = Path(args.runs_dir) / name
+                extra = []
+                if name in FROZEN_FROM:
+                    source = report["trained"].get(FROZEN_FROM[name], {}).get("run_dir") or \
+                        given.get(FROZEN_FROM[name], "").partition("@")[0]
+                    if not source:
+                        raise ValueError(f"{name}: its frozen layers load a {FROZEN_FROM[name]!r} run; include "
+                                         f"{FROZEN_FROM[name]} in --only or pass --run {FROZEN_FROM[name]}=DIR")
+                    preset = load_config(ROOT / "configs" / CONFIGS[name][0])
+                    extra = [f"layers.{i}.schedule.checkpoint={source}" for i, layer in enumerate(preset.layers)
+                             if layer.schedule.mode == "frozen"]
                 t0 = time.perf_counter()
-                entry["summary"] = train(name, env_steps, run_dir, overrides, args.quick)
+                entry["summary"] = train(name, env_steps, run_dir, overrides + extra, args.quick)
                 entry["train_wall_s"] = time.perf_counter() - t0
             entry["run_dir"] = str(run_dir)
             cfg = load_config(run_dir / "config.yaml")

@@ -369,15 +369,19 @@ def test_benchmark_sets_the_learned_assignment_beside_the_scripted_rules(tmp_pat
     import swarm as bench
 
     out = tmp_path / "report"
-    assert bench.main(["--quick", "--only", "assignment", "--runs-dir", str(tmp_path / "runs"), "--episodes", "4",
-                       "--set", "env.kwargs.max_steps=15", "--out", str(out)]) == 0
+    assert bench.main(["--quick", "--only", "assignment,assignment16", "--runs-dir", str(tmp_path / "runs"),
+                       "--episodes", "4", "--set", "env.kwargs.max_steps=15", "--out", str(out)]) == 0
     report = json.loads(out.with_suffix(".json").read_text())
-    entry = report["trained"]["assignment"]
-    assert "error" not in entry, entry.get("error")
-    rows = {(e["scenario"], e["mission"]): e for e in entry["evaluations"]}
-    assert set(rows) == {("8_medium", m) for m in ("learned", "fixed", "shortest", "longest")}
-    assert rows[("8_medium", "shortest")]["assignment_shortest"] == 1.0
-    assert rows[("8_medium", "longest")]["assignment_shortest"] == 0.0
+    for name, scenario in (("assignment", "8_medium"), ("assignment16", "16_medium")):
+        entry = report["trained"][name]
+        assert "error" not in entry, entry.get("error")
+        rows = {(e["scenario"], e["mission"]): e for e in entry["evaluations"]}
+        assert set(rows) == {(scenario, m) for m in ("learned", "fixed", "shortest", "longest")}
+        assert rows[(scenario, "shortest")]["assignment_shortest"] == 1.0
+        assert rows[(scenario, "longest")]["assignment_shortest"] == 0.0
+    # the 16-drone mission trained over the frozen layers of the assignment run it was given
+    cfg16 = load_config(tmp_path / "runs" / "assignment16" / "config.yaml")
+    assert cfg16.layer("drone").schedule.checkpoint == str(tmp_path / "runs" / "assignment")
     assert "assignment scripted: shortest" in out.with_suffix(".md").read_text()
 
 

@@ -161,3 +161,16 @@ def test_the_assignment_reaches_the_env_before_the_drones_act():
     assert np.array_equal(s.assignment, longest)
     drone_in = seen[0].reshape(4, 8, -1)
     assert np.allclose(drone_in[..., :3], np.clip(goals_after_decision / s.scale, -1, 1), atol=1e-6)
+
+
+def test_sixteen_drone_preset_trains_the_mission_over_the_eight_drone_layers():
+    """swarm_assignment_16: 24 assignments for four groups, and group and drone layers frozen with
+    the same networks as swarm_assignment's (their weights are loaded from its run)."""
+    cfg16, cfg8 = load_config(ROOT / "configs" / "swarm_assignment_16.yaml"), load_config(PRESET)
+    assert cfg16.layer("mission").action.n == len(permutations(4)) == 24
+    assert cfg16.layer("group").agents.squads == parallel_env(scenario="16_medium").groups
+    for name in ("group", "drone"):
+        assert cfg16.layer(name).schedule.mode == "frozen"
+        for key in ("hidden", "activation", "central_critic", "encoder"):
+            assert getattr(cfg16.layer(name).policy, key) == getattr(cfg8.layer(name).policy, key), (name, key)
+        assert cfg16.layer(name).observation == cfg8.layer(name).observation
