@@ -211,7 +211,7 @@ def render_markdown(report: dict) -> str:
     for r in report.get("scripted", []):
         rows.append((f"scripted {r['pilot']}", r))
     if rows:
-        lines += ["| policy | scenario | episodes | drones | reached | collision rate | mean steps (mission time) "
+        lines += ["| policy | scenario | episodes | drones | reached | collision rate | mean episode steps "
                   "| shortest assignment | target met |", "|---|---|---|---|---|---|---|---|---|"]
         for label, e in rows:
             ci = e.get("steps_ci95")
