@@ -23,7 +23,11 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 ``env.type: vector`` and ``env.entry_point`` at a factory ``make(num_envs, seed, **kwargs)``.
 An env whose task an upper layer changes (swarm's goal assignment) also defines
 ``apply_command(layer, copies, lanes, actions)``, which a layer with ``action.to_env: true``
-calls with its decisions before the layers below act.
+calls with its decisions before the layers below act. A per-copy env (Gymnasium, PettingZoo,
+RLlib) takes them one copy at a time: give the env itself a method
+``apply_command(layer, lane, action) -> {agent: observation} or None`` (``lane`` the index of the
+deciding lane in the layer's order, ``action`` its action: an index, or the values of a
+MultiDiscrete or Box command), returning the observations that the decision changed.
 """
 from __future__ import annotations
 
@@ -107,6 +111,11 @@ class VectorMultiAgentEnv:
         raise EnvError(f"env {self.name!r} takes no decisions from an upper layer (action.to_env): it has no "
                        "apply_command(layer, copies, lanes, actions) method. Write one into a natively vectorised "
                        "env (see hdppo.envs.vector), or set action.to_env: false.")
+
+    @property
+    def takes_commands(self) -> bool:
+        """Whether :meth:`apply_command` is implemented (checked when a hierarchy is built)."""
+        return type(self).apply_command is not VectorMultiAgentEnv.apply_command
 
     # Only envs made of per-copy Python envs have these (custom observation views need them).
     def raw_obs(self, i: int) -> dict[str, Any]:
@@ -571,6 +580,31 @@ class AdapterCopies(VectorMultiAgentEnv):
         if not self.want_state:
             return None
         return np.stack([np.asarray(c.state(), np.float32).reshape(-1) for c in self.copies])
+
+    @staticmethod
+    def _target(copy: Any) -> Any:
+        """The user's env inside an adapter (a Gymnasium env unwrapped), whose methods we call."""
+        return getattr(copy, "unwrapped", None) or getattr(copy, "env", None) or copy
+
+    @property
+    def takes_commands(self) -> bool:
+        return callable(getattr(self._target(self.copies[0]), "apply_command", None))
+
+    def apply_command(self, layer: str, copies: np.ndarray, lanes: np.ndarray, actions: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Each copy's decision handed to its env's ``apply_command(layer, lane, action)`` (see the
+        module docstring); the observations it returns replace those of their agents."""
+        if not self.takes_commands:
+            return super().apply_command(layer, copies, lanes, actions)
+        changed = False
+        for i, lane, a in zip(np.asarray(copies).tolist(), np.asarray(lanes).tolist(), np.asarray(actions)):
+            a = a.reshape(-1)
+            one_index = a.size == 1 and a.dtype.kind in "iu"  # a Discrete decision: its index, as an int
+            obs = self._target(self.copies[i]).apply_command(layer, lane, int(a[0]) if one_index else a.copy())
+            if obs:
+                self._write(i, obs, "apply_command()")
+                changed = True
+        return (self._obs.copy(), self._states()) if changed else None
 
     def _view(self) -> VecObs:
         return VecObs(self._obs.copy(), self._alive.copy(), self._acting.copy(),

@@ -430,7 +430,10 @@ class Sampler:
                 self.commands[p.name][lanes] = shaped(onehots)
                 if p.spec.cfg.action.to_env:  # the decision changes the task: the layers below see it now
                     n_idx, l_idx = np.nonzero(due)
-                    changed = self.venv.apply_command(p.name, n_idx, l_idx, np.asarray(actions))
+                    decided = np.asarray(actions)
+                    if p.spec.cfg.action.type != "box":  # indices, as an env takes discrete actions
+                        decided = np.rint(decided).astype(np.int64)
+                    changed = self.venv.apply_command(p.name, n_idx, l_idx, decided)
                     if changed is not None:
                         obs_now, state_now = changed
                         self.now = now = replace(now, obs=obs_now, state=now.state if state_now is None else state_now)

@@ -120,11 +120,12 @@ def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[L
             parent_lane(specs[-2], [agent])
     for spec in specs:
         _sizes(spec, specs, probe, known, first)
-        if spec.cfg.action.to_env and getattr(type(probe), "apply_command", None) in (None, VectorMultiAgentEnv.apply_command):
+        if spec.cfg.action.to_env and not getattr(probe, "takes_commands", False):
             raise _layer_error(spec, "action.to_env", f"env {probe.name!r} takes no decisions from an upper layer: it "
-                               "has no apply_command(layer, copies, lanes, actions) method (only a natively vectorised "
-                               "env, env.type: vector, can define one; see hdppo.envs.vector). Set action.to_env: "
-                               "false, or use an env that defines it (swarm's goal assignment does).")
+                               "has no apply_command method (a natively vectorised env: apply_command(layer, copies, "
+                               "lanes, actions); a Gymnasium, PettingZoo or RLlib env: apply_command(layer, lane, "
+                               "action) on the env itself; see hdppo.envs.vector). Set action.to_env: false, or give "
+                               "the env that method (swarm's goal assignment has one).")
     return specs
 
 

@@ -372,10 +372,11 @@ class ActionSpec(_Strict):
     nvec: Optional[list[int]] = Field(None, description="multidiscrete: choices per component.")
     low: Optional[list[float]] = Field(None, description="box: lower bounds of the goal vector.")
     high: Optional[list[float]] = Field(None, description="box: upper bounds of the goal vector.")
-    to_env: bool = Field(False, description="Also hand each decision to the env, through its apply_command(layer, "
-                         "copies, lanes, actions) (hdppo.envs.vector), before the layers below act: a decision that "
-                         "changes the task itself, such as assigning goals (swarm). Upper layers only; the env "
-                         "must be natively vectorised (env.type: vector) and define apply_command.")
+    to_env: bool = Field(False, description="Also hand each decision to the env before the layers below act: a "
+                         "decision that changes the task itself, such as assigning goals (swarm). Upper layers only. "
+                         "The env defines apply_command: a natively vectorised one apply_command(layer, copies, lanes, "
+                         "actions), a Gymnasium, PettingZoo or RLlib env apply_command(layer, lane, action) returning "
+                         "the observations it changed (hdppo.envs.vector).")
 
     @model_validator(mode="after")
     def _complete(self) -> "ActionSpec":

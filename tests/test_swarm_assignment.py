@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ROOT
 from hdppo.envs.builtin.swarm import make_vector, parallel_env
@@ -123,12 +124,42 @@ def test_to_env_is_for_upper_layers_and_needs_an_env_that_takes_it():
     data["layers"][2]["action"]["to_env"] = True
     with pytest.raises(ConfigError, match="to_env is for an upper layer"):
         validate(data)
-    # a per-copy PettingZoo env has no apply_command: refused when the spec is built, by layer and field
+    # an env without apply_command is refused when the spec is built, by layer and field
+    data = load_config(ROOT / "configs" / "corridor_hierarchy.yaml").model_dump(mode="json")
+    data["layers"][0]["action"]["to_env"] = True
+    with pytest.raises(ConfigError, match=r"layer 'strategy', action.to_env: env .* has no apply_command"):
+        probe_env(validate(data), 0)
+
+
+def test_a_pettingzoo_env_takes_the_decision_one_copy_at_a_time():
+    """The same preset on swarm's PettingZoo form (env.type pettingzoo): each copy's decision goes
+    to SwarmEnv.apply_command(layer, lane, action), and its drones' observations are replaced
+    before the drone layer acts, as with the vector form."""
     data = load_config(PRESET).model_dump(mode="json")
     data["env"] = {"type": "pettingzoo", "entry_point": "hdppo.envs.builtin.swarm:parallel_env",
                    "kwargs": {"scenario": "8_medium"}}
-    with pytest.raises(ConfigError, match=r"layer 'mission', action.to_env: env .* has no apply_command"):
-        probe_env(validate(data), 0)
+    venv, first, specs = probe_env(validate(data), 5, 3)
+    assert venv.takes_commands
+    # through the sampler: the mission layer's first decisions are each copy's assignment
+    pols = {sp.name: make_policy(sp.obs_dim, sp.action_space, sp.cfg.policy.hidden, sp.cfg.policy.activation,
+                                 sp.cfg.policy.init_log_std, sp.critic_dim, sp.encoder) for sp in specs}
+    norms = {sp.name: ObservationNormalizer((sp.obs_dim,), enabled=False) for sp in specs}
+    with torch.no_grad():  # a mission policy that swaps the regions: not the env's own assignment
+        pols["mission"].actor[-1].bias.copy_(torch.tensor([0.0, 20.0]))
+    sampler = Sampler(specs, venv, pols, norms, first=first)
+    sampler.step()
+    chosen = sampler.last_action["mission"][:, 0, 0].astype(int)
+    assert chosen.tolist() == [1, 1, 1]
+    assert [c.env.swarm.assignment[0].tolist() for c in venv.copies] == permutations(2)[chosen].tolist()
+    venv.reset(seed=5)
+    swarms = [c.env.swarm for c in venv.copies]
+    before = [s.goal.copy() for s in swarms]
+    obs, _ = venv.apply_command("mission", np.array([0, 2]), np.array([0, 0]), np.array([[1], [0]]))
+    assert [s.assignment[0].tolist() for s in swarms] == [[1, 0], [0, 1], [0, 1]]
+    assert not np.allclose(swarms[0].goal, before[0]) and np.allclose(swarms[2].goal, before[2])
+    assert np.allclose(obs[0, :, :3], np.clip((swarms[0].goal[0] - swarms[0].pos[0]) / 30.0, -1, 1), atol=1e-6)
+    with pytest.raises(EnvError, match="n: 2, to_env: true"):
+        venv.apply_command("mission", np.array([1]), np.array([0]), np.array([[7]]))
 
 
 def test_the_assignment_reaches_the_env_before_the_drones_act():

@@ -56,7 +56,8 @@ for keeping to it. Reaching the goal and avoiding collisions is the env reward's
 **Goal assignment** (mission / group / drone, :mod:`.assignment`). Group g flies to region g
 unless a layer assigns the regions: a layer with ``action: {type: discrete, n: G!, to_env:
 true}`` and one lane for the swarm (``agents: all``) picks one of the G! permutations, which the
-vector env applies (``SwarmVector.apply_command``) before the layers below act; the drones'
+env applies (``SwarmVector.apply_command``, or ``SwarmEnv.apply_command`` per copy for the
+PettingZoo form) before the layers below act; the drones'
 goals move to their pads in the assigned regions. ``swarm_mission_time`` rewards such a layer
 for the mission's time and collisions (not progress, which pays for longer routes).
 ``assignment.assignment_teacher`` gives the scripted rules (fixed, shortest, longest, random).

@@ -154,6 +154,19 @@ class SwarmEnv(ParallelEnv):
         self.agents = [a for a in agents if not (term[a] or trunc[a])]
         return observations, rewards, term, trunc, infos
 
+    def apply_command(self, layer: str, lane: int, action: int) -> dict[str, np.ndarray]:
+        """Goal assignment by an upper layer (``action.to_env``): action k sends group g to region
+        ``assignment.permutations(G)[k][g]``, as :meth:`SwarmVector.apply_command`; returns the
+        drones' new observations."""
+        perms = permutations(self.swarm.G)
+        k = int(np.asarray(action).reshape(-1)[0])
+        if not 0 <= k < len(perms):
+            raise EnvError(f"swarm: layer {layer!r} chose assignment {k}, but {self.swarm.G} groups have {len(perms)} "
+                           f"assignments of regions; set the layer's action to {{type: discrete, n: {len(perms)}, "
+                           f"to_env: true}} for scenario {self.swarm.sc.name!r}.")
+        self.swarm.assign(np.array([0]), perms[k][None])
+        return {a: self.swarm.obs[0, self._slot[a]].copy() for a in self.agents}
+
     def render(self) -> np.ndarray | None:
         """``[H, W, 3]`` uint8 (None without render_mode); see :mod:`.render`."""
         if self.render_mode is None:
