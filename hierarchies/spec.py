@@ -120,7 +120,11 @@ def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[L
             parent_lane(specs[-2], [agent])
     for spec in specs:
         _sizes(spec, specs, probe, known, first)
-        if spec.cfg.action.to_env and not getattr(probe, "takes_commands", False):
+        # A duck-typed vector env (no takes_commands) takes commands if it has the method.
+        takes = getattr(probe, "takes_commands", None)
+        if takes is None:
+            takes = callable(getattr(probe, "apply_command", None))
+        if spec.cfg.action.to_env and not takes:
             raise _layer_error(spec, "action.to_env", f"env {probe.name!r} takes no decisions from an upper layer: it "
                                "has no apply_command method (a natively vectorised env: apply_command(layer, copies, "
                                "lanes, actions); a Gymnasium, PettingZoo or RLlib env: apply_command(layer, lane, "
