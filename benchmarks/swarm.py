@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import checkpoint_steps, records, save_files, train_preset, wilson  # noqa: E402
+from common import checkpoint_steps, records, save_files, stat, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 TARGET_REACH = 0.95
@@ -85,7 +85,7 @@ def scripted_rows(episodes: int, scenarios: list[str], crash: bool = False) -> l
             t0 = time.perf_counter()
             r = fly(pilot, scenario, episodes, seed=12345, crash_on_collision=crash)
             rows.append({"pilot": pilot, "scenario": scenario, "wall_s": time.perf_counter() - t0,
-                         "assignment_shortest": r["assignment_shortest"], "steps_ci95": mean_ci95(r["steps"])}
+                         "assignment_shortest": r["assignment_shortest"], "steps_ci95": stat(r["steps"])["ci95"]}
                         | shares(r["episodes"], r["drones"], r["reached"], r["collided"], r["mean_steps"]))
     return rows
 
@@ -126,13 +126,7 @@ def flights_of(episodes, n_drones: int) -> dict:
         steps.append(end["episode_steps"])
         shortest.append(end.get("assignment_shortest", np.nan))
     return shares(len(episodes), len(episodes) * n_drones, reached, collided, float(np.mean(steps))) | {
-        "assignment_shortest": float(np.mean(shortest)), "steps_ci95": mean_ci95(steps)}
-
-
-def mean_ci95(values: list[float]) -> float:
-    """Half-width of the 95% normal interval of the mean of ``values``."""
-    v = np.asarray(values, float)
-    return float(1.96 * v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+        "assignment_shortest": float(np.mean(shortest)), "steps_ci95": stat(steps)["ci95"]}
 
 
 def assigning_layer(cfg) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import EnvError
 from ...rewards import register_reward
 from ...teachers import vectorized_teacher
 
@@ -64,6 +65,18 @@ def choose(rule: str, costs: np.ndarray, rng: np.random.Generator | None = None)
     if rule == "random":
         return (rng or np.random.default_rng()).integers(0, costs.shape[1], len(costs))
     raise ValueError(f"swarm assignment: unknown rule {rule!r}; choose one of {', '.join(RULES)}")
+
+
+def assignment_rows(layer: str, chosen: np.ndarray, groups: int, scenario: str) -> np.ndarray:
+    """``[k, G]`` region of each group for the assignment indices ``chosen [k]`` a layer decided,
+    or a clear error naming the layer when an index is not one of the G! assignments."""
+    perms = permutations(groups)
+    k = np.asarray(chosen, np.int64).reshape(-1)
+    if (k < 0).any() or (k >= len(perms)).any():
+        raise EnvError(f"swarm: layer {layer!r} chose assignment(s) {sorted(set(k.tolist()))}, but {groups} groups "
+                       f"have {len(perms)} assignments of regions (permutations); set the layer's action to "
+                       f"{{type: discrete, n: {len(perms)}, to_env: true}} for scenario {scenario!r}.")
+    return perms[k]
 
 
 @vectorized_teacher

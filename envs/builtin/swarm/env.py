@@ -13,7 +13,7 @@ from pettingzoo import ParallelEnv
 
 from ...errors import EnvError
 from ...vector import LazyStepInfos, VecObs, VecStep, VectorMultiAgentEnv
-from .assignment import permutations
+from .assignment import assignment_rows, permutations
 from .core import Physics, RewardWeights, StepArrays, Swarm
 from .render import frame
 from .scenarios import SCENARIOS, Scenario, get_scenario
@@ -158,13 +158,8 @@ class SwarmEnv(ParallelEnv):
         """Goal assignment by an upper layer (``action.to_env``): action k sends group g to region
         ``assignment.permutations(G)[k][g]``, as :meth:`SwarmVector.apply_command`; returns the
         drones' new observations."""
-        perms = permutations(self.swarm.G)
-        k = int(np.asarray(action).reshape(-1)[0])
-        if not 0 <= k < len(perms):
-            raise EnvError(f"swarm: layer {layer!r} chose assignment {k}, but {self.swarm.G} groups have {len(perms)} "
-                           f"assignments of regions; set the layer's action to {{type: discrete, n: {len(perms)}, "
-                           f"to_env: true}} for scenario {self.swarm.sc.name!r}.")
-        self.swarm.assign(np.array([0]), perms[k][None])
+        s = self.swarm
+        s.assign(np.array([0]), assignment_rows(layer, np.asarray(action).reshape(-1)[:1], s.G, s.sc.name))
         return {a: self.swarm.obs[0, self._slot[a]].copy() for a in self.agents}
 
     def render(self) -> np.ndarray | None:
@@ -267,20 +262,14 @@ class SwarmVector(VectorMultiAgentEnv):
         one lane for the whole swarm): action k sends group g to region
         ``assignment.permutations(G)[k][g]`` (:mod:`.assignment`)."""
         s = self.swarm
-        perms = permutations(s.G)
         copies = np.asarray(copies, np.int64)
         a = np.asarray(actions).reshape(len(copies), -1)
         if a.shape[1] != 1 or len(np.unique(copies)) != len(copies):
             raise EnvError(f"swarm: layer {layer!r} assigns goals (action.to_env) with {a.shape[1]} value(s) per "
                            f"decision and {len(copies) - len(np.unique(copies))} copies decided twice; goal "
                            f"assignment needs one lane for the whole swarm (agents: all) and one Discrete choice, "
-                           f"action: {{type: discrete, n: {len(perms)}}} for {s.G} groups.")
-        k = np.rint(a[:, 0]).astype(np.int64)
-        if (k < 0).any() or (k >= len(perms)).any():
-            raise EnvError(f"swarm: layer {layer!r} chose assignment(s) {sorted(set(k.tolist()))}, but {s.G} groups "
-                           f"have {len(perms)} assignments of regions (permutations); set the layer's action to "
-                           f"{{type: discrete, n: {len(perms)}, to_env: true}} for scenario {s.sc.name!r}.")
-        s.assign(copies, perms[k])
+                           f"action: {{type: discrete, n: {len(permutations(s.G))}}} for {s.G} groups.")
+        s.assign(copies, assignment_rows(layer, np.rint(a[:, 0]), s.G, s.sc.name))
         return s.obs.copy(), (s.state() if self.want_state else None)
 
     def close(self) -> None:
