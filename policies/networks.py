@@ -68,9 +68,10 @@ class NumpyMLP:
 
     A worker acts on a few rows every env step (4 Hopper copies, 24 MPE agents, 4 MinAtar
     screens). There each of torch's ~15 operator calls costs more than its maths: an act took
-    ~120 us in torch and ~35 us here (4 rows of Hopper), ~290 us and ~60 us with MinAtar's conv
-    (4 rows of 10x10x4). A linear layer's weight is used through a transposed *view* of its
-    torch parameter; what must be rearranged (a conv kernel as an im2col matrix, the linear
+    ~120 us in torch and ~35 us here (4 rows of Hopper); with MinAtar's conv (4 rows of 10x10x4)
+    ~290-335 us and ~120-170 us, the forward pass ~60 us of it (measured on a loaded VM). A
+    linear layer's weight is used through a transposed *view* of its torch parameter; what must
+    be rearranged (a conv kernel as an im2col matrix, the linear
     layer after the convs in the maps' height-width-channel order) is a copy. Both are rebuilt
     when a parameter changes: torch bumps a tensor's version on every in-place write
     (``load_state_dict``, optimizer steps), and a storage that moved (``.data =``,
