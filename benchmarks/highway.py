@@ -6,11 +6,18 @@ throughput grows with processes.
   episodes: mean return, crash rate (``info["crashed"]`` at the last step), episode length.
   Target (the maintainer's reference, issue 13): mean return >= 25 with <= 10% crashes within
   1e5 env steps.
+- **highway_kickstart**: ``configs/highway_kickstart.yaml``, the same PPO kickstarted from the
+  scripted gap-keeping driver (its weight falling to 0 over the first half of the run); the same
+  evaluation. ``--run highway_kickstart=DIR1,DIR2`` evaluates several seeds, each a row, and their
+  mean with its 95% t-interval.
 - **roundabout**: trains ``configs/highway_roundabout_hierarchy.yaml`` (tactic layer over the
   meta-actions) and reports success (exited without a crash), crash and timeout rates
   (:mod:`hdppo.envs.builtin.driving` writes them into info).
 - **scripted**: no-learning baselines on both envs, ``idle`` (always IDLE: keep lane and speed)
-  and ``random`` meta-actions, over the same number of episodes and seeds.
+  and ``random`` meta-actions, over the same number of episodes and seeds; on highway-fast-v0
+  also the gap-keeping driver (:func:`hdppo.envs.builtin.driving.gap_keeping_action`, which reads
+  the simulator) at its default and at shorter gaps, to show what return a driver gets at
+  what crash rate.
 - **throughput**: random-action env steps/s of highway-fast-v0 with 1 and 2 processes
   (``raw_env_limit.run_per_core``; this VM has 2 cores, shared with other runs), and the
   training run's own env steps/s (hdppo with 2 workers).
@@ -37,10 +44,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from common import save_files, train_preset, wilson  # noqa: E402
+from common import save_files, stat, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
-CONFIGS = {"highway": "highway.yaml", "roundabout": "highway_roundabout_hierarchy.yaml"}
+CONFIGS = {"highway": "highway.yaml", "highway_kickstart": "highway_kickstart.yaml",
+           "roundabout": "highway_roundabout_hierarchy.yaml"}
+FLAT = ("highway", "highway_kickstart")  # highway-fast-v0: return and crashes
 ENV_ID = "highway_env:highway-fast-v0"
 TARGET_RETURN, TARGET_CRASH = 25.0, 0.10
 
@@ -83,7 +92,7 @@ def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int) -> dict:
                            "return_mean": float(np.mean(rets)), "return_std": float(np.std(rets)),
                            "length_mean": float(np.mean([e.length for e in eps])), "eval_wall_s": time.perf_counter() - t0,
                            "train_env_steps_per_s": training_rate(run_dir)}
-    if name == "highway":
+    if name in FLAT:
         out["crash"] = rate([float(bool(i.get("crashed", False))) for i in infos])
     else:
         for key in ("is_success", "crash", "timeout"):
@@ -92,14 +101,22 @@ def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int) -> dict:
 
 
 SCRIPTED = ("idle", "random")   # always IDLE (keep lane and speed); uniformly random meta-actions
+# The gap-keeping driver (straight roads only): its default, and shorter headways and times to collision.
+GAP_DRIVERS = {"gap": {}, "gap_0.6s": {"headway": 0.6, "ttc": 3.0},
+               "gap_0.5s": {"headway": 0.5, "ttc": 2.0, "rear_headway": 0.3}}
 SCRIPTED_ENVS = {"highway": "highway-fast-v0", "roundabout": "roundabout-v1"}
+
+
+def scripted_policies(env_id: str) -> tuple[str, ...]:
+    return SCRIPTED + (tuple(GAP_DRIVERS) if env_id.startswith("highway") else ())
 
 
 def scripted_run(env_id: str, policy: str, episodes: int, seed: int) -> dict:
     """A no-learning baseline over ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...): the
     env through :mod:`hdppo.envs.builtin.driving` (its outcome in info), the meta-action chosen by
-    ``policy``: ``idle`` always IDLE, ``random`` uniformly at random."""
-    from hdppo.envs.builtin.driving import make
+    ``policy``: ``idle`` always IDLE, ``random`` uniformly at random, ``gap*`` the gap-keeping
+    driver with :data:`GAP_DRIVERS`' settings."""
+    from hdppo.envs.builtin.driving import gap_keeping_action, make
 
     env = make(env_id=env_id)
     rng = np.random.default_rng(seed)
@@ -110,7 +127,10 @@ def scripted_run(env_id: str, policy: str, episodes: int, seed: int) -> dict:
             env.reset(seed=seed + ep)
             done, ret, n, info = False, 0.0, 0, {}
             while not done:
-                a = idle if policy == "idle" else int(rng.integers(env.action_space.n))
+                if policy in GAP_DRIVERS:
+                    a = gap_keeping_action(env, **GAP_DRIVERS[policy])
+                else:
+                    a = idle if policy == "idle" else int(rng.integers(env.action_space.n))
                 _, r, te, tr, info = env.step(a)
                 ret, n, done = ret + float(r), n + 1, te or tr
             rets.append(ret)
@@ -146,28 +166,43 @@ def render_markdown(report: dict) -> str:
     lines = ["# Driving with highway-env (benchmarks/highway.py)", "", f"Command: `{report['command']}`", "",
              f"Machine: {m.get('cpu_model')}, {m.get('cpu_count')} CPUs, load average {m.get('load_avg_1_5_15')}, "
              f"{m.get('timestamp_utc', '')}; other sessions' runs shared it.", ""]
-    h = report["trained"].get("highway")
-    if h:
-        lines += ["## highway-fast-v0, flat PPO (`configs/highway.yaml`)", ""]
-        if "error" in h:
-            lines.append(f"error: {h['error']}")
-        else:
-            met = h["return_mean"] >= TARGET_RETURN and h["crash"]["rate"] <= TARGET_CRASH and h["env_steps"] <= 100_000
-            lines += ["| env steps trained | episodes | mean return | crashes | mean length | training env steps/s |",
-                      "|---|---|---|---|---|---|",
-                      f"| {h['env_steps']:,} | {h['episodes']} | {h['return_mean']:.1f} ± {h['return_std']:.1f} | {pct(h['crash'])} | "
-                      f"{h['length_mean']:.1f} | {h['train_env_steps_per_s']} |", "",
-                      f"Target: mean return >= {TARGET_RETURN:.0f} with <= {100 * TARGET_CRASH:.0f}% crashes within 1e5 env steps: "
-                      f"{'met' if met else '**not met**'}."]
-    r = report["trained"].get("roundabout")
-    if r:
-        lines += ["", "## roundabout-v1, tactic layer over meta-actions (`configs/highway_roundabout_hierarchy.yaml`)", ""]
-        if "error" in r:
-            lines.append(f"error: {r['error']}")
-        else:
-            lines += ["| env steps trained | episodes | success | crash | timeout | mean return |", "|---|---|---|---|---|---|",
-                      f"| {r['env_steps']:,} | {r['episodes']} | {pct(r['is_success'])} | {pct(r['crash'])} | {pct(r['timeout'])} | "
-                      f"{r['return_mean']:.2f} |"]
+    flat = [(name, report["trained"][name]) for name in FLAT if name in report["trained"]]
+    if flat:
+        lines += ["## highway-fast-v0, flat PPO (`configs/highway.yaml`; kickstarted: `configs/highway_kickstart.yaml`)", "",
+                  "| config | run | env steps trained | episodes | mean return | crashes | mean length | training env steps/s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        verdicts = []
+        for name, runs in flat:
+            runs = runs if isinstance(runs, list) else [runs]
+            for h in runs:
+                if "error" in h:
+                    lines.append(f"| {name} | {h.get('run_dir', '')} | error: {h['error']} | | | | | |")
+                    continue
+                lines.append(f"| {name} | {Path(h['run_dir']).name} | {h['env_steps']:,} | {h['episodes']} | "
+                             f"{h['return_mean']:.1f} ± {h['return_std']:.1f} | {pct(h['crash'])} | {h['length_mean']:.1f} | "
+                             f"{h['train_env_steps_per_s']} |")
+            ok = [h for h in runs if "error" not in h]
+            if len(ok) > 1:
+                ret, crash = stat([h["return_mean"] for h in ok]), stat([100 * h["crash"]["rate"] for h in ok])
+                lines.append(f"| {name} | mean of {len(ok)} seeds ± 95% t | | | **{ret['mean']:.1f} ± {ret['ci95']:.1f}** | "
+                             f"**{crash['mean']:.0f}% ± {crash['ci95']:.0f}** | | |")
+            if ok:
+                mean_ret = float(np.mean([h["return_mean"] for h in ok]))
+                mean_crash = float(np.mean([h["crash"]["rate"] for h in ok]))
+                met = mean_ret >= TARGET_RETURN and mean_crash <= TARGET_CRASH and max(h["env_steps"] for h in ok) <= 100_000
+                verdicts.append(f"{name}: {'met' if met else '**not met**'}")
+        lines += ["", f"Target: mean return >= {TARGET_RETURN:.0f} with <= {100 * TARGET_CRASH:.0f}% crashes within 1e5 "
+                  f"env steps: {'; '.join(verdicts)}."]
+    rr = report["trained"].get("roundabout")
+    if rr:
+        lines += ["", "## roundabout-v1, tactic layer over meta-actions (`configs/highway_roundabout_hierarchy.yaml`)", "",
+                  "| env steps trained | episodes | success | crash | timeout | mean return |", "|---|---|---|---|---|---|"]
+        for r in rr if isinstance(rr, list) else [rr]:
+            if "error" in r:
+                lines.append(f"| error: {r['error']} | | | | | |")
+            else:
+                lines.append(f"| {r['env_steps']:,} | {r['episodes']} | {pct(r['is_success'])} | {pct(r['crash'])} | "
+                             f"{pct(r['timeout'])} | {r['return_mean']:.2f} |")
     if report.get("scripted"):
         lines += ["", "## Scripted baselines (no learning; the same env through `hdppo.envs.builtin.driving`)", "",
                   "| env | policy | episodes | mean return | crashes | success (roundabout: exited) | timeout | mean length |",
@@ -189,8 +224,9 @@ def render_markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default=None, help="comma list of: highway, roundabout, scripted, throughput")
-    p.add_argument("--run", action="append", default=[], metavar="NAME=DIR", help="evaluate this run dir instead of training NAME")
+    p.add_argument("--only", default=None, help="comma list of: highway, highway_kickstart, roundabout, scripted, throughput")
+    p.add_argument("--run", action="append", default=[], metavar="NAME=DIR[,DIR...]",
+                   help="evaluate these run dirs (one per seed) instead of training NAME")
     p.add_argument("--env-steps", type=int, default=100_000, help="training env steps per config")
     p.add_argument("--episodes", type=int, default=50, help="deterministic evaluation episodes per policy")
     p.add_argument("--seconds", type=float, default=20.0, help="throughput: seconds per process count")
@@ -200,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="output stem (default benchmarks/results/highway)")
     p.add_argument("--note", action="append", default=[])
     args = p.parse_args(argv)
-    parts = args.only.split(",") if args.only else ["highway", "roundabout", "scripted", "throughput"]
+    parts = args.only.split(",") if args.only else [*CONFIGS, "scripted", "throughput"]
     given = dict(r.split("=", 1) for r in args.run)
     out = Path(args.out) if args.out else HERE / "results" / "highway"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -213,18 +249,21 @@ def main(argv: list[str] | None = None) -> int:
     for name in CONFIGS:
         if name not in parts:
             continue
-        try:
-            run_dir = Path(given[name]) if name in given else Path(args.runs_dir) / name
-            if name not in given:
-                train(name, args.env_steps, run_dir, args.overrides)
-            report["trained"][name] = evaluate_run(name, run_dir, args.episodes, args.seed)
-        except Exception as exc:  # a failed row is reported, the others still run
-            report["trained"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+        dirs = [Path(d) for d in given[name].split(",")] if name in given else [Path(args.runs_dir) / name]
+        rows = []
+        for run_dir in dirs:
+            try:
+                if name not in given:
+                    train(name, args.env_steps, run_dir, args.overrides)
+                rows.append(evaluate_run(name, run_dir, args.episodes, args.seed))
+            except Exception as exc:  # a failed row is reported, the others still run
+                rows.append({"run_dir": str(run_dir), "error": f"{type(exc).__name__}: {exc}"})
+        report["trained"][name] = rows if len(rows) > 1 else rows[0]
         save()
         print(f"[highway] {name}: {report['trained'][name]}", flush=True)
     if "scripted" in parts:
         report["scripted"] = [scripted_run(env_id, policy, args.episodes, args.seed)
-                              for env_id in SCRIPTED_ENVS.values() for policy in SCRIPTED]
+                              for env_id in SCRIPTED_ENVS.values() for policy in scripted_policies(env_id)]
         save()
     if "throughput" in parts:
         report["throughput"] = throughput(args.seconds)

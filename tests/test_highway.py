@@ -149,3 +149,101 @@ def test_scripted_driving_baselines_and_their_table():
         assert r["is_success"]["k"] + r["crash"]["k"] + r["timeout"]["k"] == 2
     md = H.render_markdown({"machine": {}, "command": "test", "trained": {}, "scripted": rows})
     assert "| roundabout-v1 | idle | 2 |" in md and "| roundabout-v1 | random | 2 |" in md
+    # The gap-keeping driver needs a straight road: highway-fast-v0 only.
+    assert H.scripted_policies("roundabout-v1") == H.SCRIPTED and "gap" in H.scripted_policies("highway-fast-v0")
+
+
+# -- the gap-keeping driver (kickstarting teacher and baseline) ------------------------------------
+
+def _lone_ego(lane_id: int = 1):
+    """highway-fast-v0 with the ego alone on the road, in lane ``lane_id`` (0 is the leftmost)."""
+    import gymnasium as gym
+
+    env = gym.make("highway-fast-v0")
+    env.reset(seed=0)
+    sim = env.unwrapped
+    ego = sim.vehicle
+    ego.lane_index = ("0", "1", lane_id)
+    ego.lane = sim.road.network.get_lane(ego.lane_index)
+    ego.position = ego.lane.position(ego.lane.local_coordinates(ego.position)[0], 0.0)
+    sim.road.vehicles = [ego]
+    return env, sim, ego
+
+
+def _car(sim, lane_id: int, ahead: float, speed: float):
+    from highway_env.vehicle.kinematics import Vehicle
+
+    lane = sim.road.network.get_lane(("0", "1", lane_id))
+    s = lane.local_coordinates(sim.vehicle.position)[0] + ahead
+    car = Vehicle(sim.road, lane.position(s, 0.0), lane.heading_at(s), speed)
+    sim.road.vehicles.append(car)
+    return car
+
+
+def test_gap_keeping_driver_speeds_up_passes_and_brakes():
+    from hdppo.envs.builtin.driving import FASTER, LANE_LEFT, LANE_RIGHT, SLOWER, gap_keeping_action
+
+    env, sim, ego = _lone_ego(lane_id=2)
+    try:
+        assert ego.speed_index < len(ego.target_speeds) - 1
+        assert gap_keeping_action(env) == FASTER                       # an empty road, in the right lane
+    finally:
+        env.close()
+    env, sim, ego = _lone_ego(lane_id=1)
+    try:
+        assert gap_keeping_action(env) == LANE_RIGHT                   # keep right when it is as open
+        _car(sim, 1, ahead=15.0, speed=15.0)                           # a slow car close ahead
+        assert gap_keeping_action(env) == LANE_RIGHT                   # both sides free: the right one
+        _car(sim, 2, ahead=5.0, speed=25.0)                            # the right lane taken beside the ego
+        assert gap_keeping_action(env) == LANE_LEFT
+        _car(sim, 0, ahead=0.0, speed=25.0)                            # and the left one
+        assert gap_keeping_action(env) == SLOWER
+    finally:
+        env.close()
+
+
+def test_gap_keeping_driver_drives_highway_fast_without_crashing():
+    """Three whole episodes (90 decisions) in traffic: no crash, where always-IDLE crashes in 94%."""
+    import gymnasium as gym
+
+    from hdppo.envs.builtin.driving import gap_keeping_action
+
+    env = gym.make("highway-fast-v0")
+    try:
+        for seed in range(3):
+            env.reset(seed=seed)
+            ret, done, info = 0.0, False, {}
+            while not done:
+                _, r, term, trunc, info = env.step(gap_keeping_action(env))
+                ret, done = ret + float(r), term or trunc
+            assert not info["crashed"] and trunc and ret > 20.0, (seed, ret)
+    finally:
+        env.close()
+
+
+def test_gap_teacher_errors_name_what_it_needs():
+    import gymnasium as gym
+
+    from hdppo.envs.builtin.driving import gap_keeping_action, gap_teacher
+
+    with pytest.raises(EnvError, match="needs the copy's env"):
+        gap_teacher({}, ["agent_0"], None)
+    with pytest.raises(EnvError, match="CartPoleEnv is not .* a highway-env env.*highway_env:highway-fast-v0"):
+        gap_keeping_action(gym.make("CartPole-v1"))
+
+
+def test_kickstart_preset_trains_through_the_teacher(tmp_path):
+    """The preset, shrunk: the teacher labels every decision through hdppo's adapter (it finds the
+    simulator under the wrappers), and the run charts its loss."""
+    import json
+
+    from hdppo.platform import metrics as M
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config(ROOT / "configs" / "highway_kickstart.yaml",
+                      ["ray.backend=local", "train.total_env_steps=128", "train.eval_episodes=0",
+                       "layers.0.dppo.num_workers=1", "layers.0.dppo.train_batch_size=64", "layers.0.ppo.num_epochs=1"])
+    assert cfg.layers[0].teacher.policy == "hdppo.envs.builtin.driving:gap_teacher"
+    Trainer(cfg, tmp_path / "run", quiet=True).train()
+    tags = {json.loads(line)["tag"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()}
+    assert M.LOSS_TEACHER in tags

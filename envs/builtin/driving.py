@@ -25,6 +25,13 @@ ring lane (inner, outer) x speed (cautious 8 m/s, brisk 16 m/s), :data:`TACTICS`
 layer drives with the meta-actions and is rewarded by ``driving_follow_tactic`` for being in the
 commanded lane at the commanded speed, and not crashing.
 
+**A scripted driver** for the straight highways (``highway-v0``, ``highway-fast-v0``):
+:func:`gap_keeping_action` reads the simulator (not the observation) and keeps a time headway to
+the vehicle ahead, changes lanes when blocked and a neighbouring lane has room front and rear,
+keeps right when the right lane is as open, and speeds up when the gap allows.
+:func:`gap_teacher` is the same rule as a ``teacher.policy`` (kickstarting,
+``configs/highway_kickstart.yaml``), and ``benchmarks/highway.py`` runs it as a no-learning baseline.
+
 **Why ``exit_reward``**: roundabout-v1 pays 0.83 a step for the slowest speed and 1.0 for the
 fastest, and nothing for reaching the exit, while a crash ends the episode. Driving slowly round
 the ring until time runs out is then nearly as good as exiting and far safer, and that is what a
@@ -41,7 +48,7 @@ import numpy as np
 from ..errors import EnvError
 from ..rewards import register_reward
 
-__all__ = ["RING", "TACTICS", "DrivingOutcome", "follow_tactic", "make"]
+__all__ = ["RING", "TACTICS", "DrivingOutcome", "follow_tactic", "gap_keeping_action", "gap_teacher", "make"]
 
 # The roundabout's ring, as highway-env builds it (roundabout_env._make_road): eight arcs, two
 # lanes each (lane 0 radius 20 m, lane 1 radius 24 m).
@@ -87,6 +94,95 @@ class DrivingOutcome(gym.Wrapper):
         if self._exited and not was_out:
             reward = float(reward) + self.exit_reward
         return obs, reward, terminated, truncated, info
+
+
+# DiscreteMetaAction's indices.
+LANE_LEFT, IDLE, LANE_RIGHT, FASTER, SLOWER = range(5)
+
+
+def _simulator(env: Any) -> Any:
+    """The highway-env env under ``env``'s wrappers and hdppo's adapters (it has ``road`` and
+    ``vehicle``)."""
+    seen = env
+    for _ in range(16):
+        if hasattr(seen, "road") and hasattr(seen, "vehicle"):
+            return seen
+        seen = getattr(seen, "env", None) or getattr(seen, "unwrapped", None)
+        if seen is None:
+            break
+    raise EnvError(f"driving: {type(getattr(env, 'unwrapped', env)).__name__} is not (and does not wrap) a highway-env env; the gap-keeping "
+                   "driver reads highway-env's road and ego vehicle. Use it with a highway-env id such as "
+                   "highway_env:highway-fast-v0.")
+
+
+def _gaps(sim: Any, lane: tuple) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(gap, speed) of the vehicles ahead of and behind the ego in ``lane``, bumper to bumper
+    along the road (straight highways: x); (inf, inf) ahead and (inf, -inf) behind when empty."""
+    ego = sim.vehicle
+    front, rear = sim.road.neighbour_vehicles(ego, lane)
+    x = ego.position[0]
+    ahead = (front.position[0] - x - ego.LENGTH, front.speed) if front is not None else (np.inf, np.inf)
+    behind = (x - rear.position[0] - ego.LENGTH, rear.speed) if rear is not None else (np.inf, -np.inf)
+    return ahead, behind
+
+
+def _room_ahead(gap: tuple[float, float], speed: float, headway: float, ttc: float) -> bool:
+    """At ``speed``, at least ``headway`` seconds (and 8 m) to the vehicle ahead, and, if closing
+    on it, more than ``ttc`` seconds to collision."""
+    g, v_front = gap
+    return g >= max(headway * speed, 8.0) and (v_front >= speed or g / (speed - v_front) > ttc)
+
+
+def _room_behind(gap: tuple[float, float], speed: float, headway: float) -> bool:
+    g, v_rear = gap
+    return g > max(headway * max(v_rear, speed), 6.0) and (v_rear <= speed or g / (v_rear - speed) > 3.0)
+
+
+def gap_keeping_action(env: Any, headway: float = 1.0, ttc: float = 5.0, rear_headway: float = 0.5,
+                       look: float = 60.0, gain: float = 15.0) -> int:
+    """A rule-based driver for the straight highways (the module docstring): the meta-action for
+    the ego now. ``headway`` (s) and ``ttc`` (s) bound the gap it keeps ahead, ``rear_headway``
+    (s) the gap it wants behind in a lane it moves into; when the vehicle ahead is within
+    ``look`` m and slower than the top speed, it overtakes into a lane with ``gain`` m more
+    room. Defaults: the safest of the settings tried (``benchmarks/results/highway_kickstart.md``)."""
+    sim = _simulator(env)
+    ego = sim.vehicle
+    v, lane = float(ego.speed), ego.lane_index
+    sides = {side[2]: side for side in sim.road.network.side_lanes(lane)}
+    v_top = float(ego.target_speeds[-1])
+    ahead, _ = _gaps(sim, lane)
+
+    def room(gap: tuple[float, float]) -> float:  # free road at the top speed: the gap, and a fast leader's lead
+        return min(gap[0], 150.0) + 5.0 * (min(gap[1], v_top) - v)
+
+    options = []  # (room, action) of the neighbouring lanes one can move into now
+    for offset, action in ((1, LANE_RIGHT), (-1, LANE_LEFT)):
+        side = sides.get(lane[2] + offset)
+        if side is not None:
+            front, rear = _gaps(sim, side)
+            if _room_ahead(front, v, headway, ttc) and _room_behind(rear, v, rear_headway):
+                options.append((room(front) + (10.0 if action == LANE_RIGHT else 0.0), action))
+    options.sort(reverse=True)
+    if not _room_ahead(ahead, v, headway, ttc):
+        return options[0][1] if options else SLOWER
+    here = room(ahead)
+    if ahead[0] < look and ahead[1] < v_top - 1.0 and options and options[0][0] > here + gain:
+        return options[0][1]
+    if any(action == LANE_RIGHT and score >= min(here, 150.0) and score > 100.0 for score, action in options):
+        return LANE_RIGHT  # the right lane pays, when it is as open as this one
+    index = int(ego.speed_index)
+    if index < len(ego.target_speeds) - 1 and _room_ahead(ahead, float(ego.target_speeds[index + 1]),
+                                                           1.2 * headway, 1.2 * ttc):
+        return FASTER
+    return IDLE
+
+
+def gap_teacher(raw_obs: dict, members: list[str], env: Any = None, **kwargs: float) -> int:
+    """``teacher.policy`` for a flat highway layer: :func:`gap_keeping_action` on the copy's env."""
+    if env is None:
+        raise EnvError("driving.gap_teacher needs the copy's env (the ego vehicle and road); it got none. Use it as "
+                       "`teacher: {policy: hdppo.envs.builtin.driving:gap_teacher}` on a highway-env layer.")
+    return gap_keeping_action(env, **kwargs)
 
 
 @register_reward("driving_follow_tactic")
