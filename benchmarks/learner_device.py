@@ -8,8 +8,13 @@ to the device, the epochs, and the new weights copied back to CPU and published.
 one torch thread, as hdppo's learner does by default (``Learner(num_threads=1)``); ``--threads``
 changes that. The median of ``--repeats`` updates after one warm-up is reported.
 
-Usage: python benchmarks/learner_device.py [--hidden 64x64,256x256] [--batch 4096] [--minibatch 512]
-                                           [--epochs 10] [--repeats 5] [--devices cpu,cuda] [--threads 1]
+``--net minatar`` times the CNN of ``configs/minatar_breakout.yaml`` instead (10x10x4 boolean
+screens, one 3x3 conv of 16 channels, a dense layer of 128, ``Discrete(3)``) at that preset's
+update (batch 1024, minibatch 256, 4 epochs, unless given).
+
+Usage: python benchmarks/learner_device.py [--net mlp|minatar] [--hidden 64x64,256x256] [--batch 4096]
+                                           [--minibatch 512] [--epochs 10] [--repeats 5] [--devices cpu,cuda]
+                                           [--threads 1]
 
 Writes benchmarks/results/learner_device.{json,md}.
 """
@@ -31,20 +36,27 @@ sys.path.insert(0, str(HERE))
 from machine import machine_info  # noqa: E402
 
 OBS_DIM, ACT_DIM = 11, 3  # Hopper-v5
+MINATAR_SCREEN, MINATAR_ACTIONS = (10, 10, 4), 3  # Breakout: HWC booleans, 3 actions
+MINATAR_UPDATE = {"batch": 1024, "minibatch": 256, "epochs": 4}  # configs/minatar_breakout.yaml
 
 
-def _batch(n: int, seed: int = 0):
+def _batch(n: int, net: str = "mlp", seed: int = 0):
     from hdppo.platform.batch import Batch
 
     rng = np.random.default_rng(seed)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     values, adv = f(n), f(n)
+    if net == "minatar":
+        obs = (rng.random((n, int(np.prod(MINATAR_SCREEN)))) < 0.1).astype(np.float32)
+        actions = rng.integers(MINATAR_ACTIONS, size=(n, 1)).astype(np.float32)
+        return Batch(obs=obs, actions=actions, logp=np.full(n, -np.log(MINATAR_ACTIONS), np.float32), values=values,
+                     advantages=adv, returns=adv + values)
     return Batch(obs=f(n, OBS_DIM), actions=f(n, ACT_DIM), logp=f(n) - 3.0, values=values, advantages=adv,
                  returns=adv + values)
 
 
 def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epochs: int, repeats: int,
-                 threads: int = 1) -> dict:
+                 threads: int = 1, net: str = "mlp") -> dict:
     """Seconds per update (median, min, max over ``repeats`` after one warm-up) on ``device``."""
     import gymnasium as gym
     import torch
@@ -55,13 +67,20 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
     from hdppo.platform.learner import Learner
     from hdppo.platform.parameter_service import ParameterService
 
+    policy: dict = {"hidden": hidden}
+    space: gym.Space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+    obs_dim, encoder = OBS_DIM, None
+    if net == "minatar":
+        policy = {"encoder": "cnn", "cnn_channels": [16], "cnn_features": 128, "hidden": hidden}
+        space, obs_dim = gym.spaces.Discrete(MINATAR_ACTIONS), int(np.prod(MINATAR_SCREEN))
+        h, w, c = MINATAR_SCREEN
+        encoder = {"kind": "cnn", "chw": (c, h, w), "channels_last": True, "channels": [16], "features": 128}
     cfg = validate({"name": "learner-device", "env": {"id": "Hopper-v5"}, "diagnostics": {"every": 0},
-                    "layers": [{"policy": {"hidden": hidden},
+                    "layers": [{"policy": policy,
                                 "ppo": {"minibatch_size": minibatch, "num_epochs": epochs},
                                 "dppo": {"train_batch_size": batch}}], "ray": {"backend": "local"}})
-    space = gym.spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
-    learner = Learner(cfg, 0, OBS_DIM, space, ParameterService(), "local", None, None, threads, device)
-    data = _batch(batch)
+    learner = Learner(cfg, 0, obs_dim, space, ParameterService(), "local", None, None, threads, device, encoder)
+    data = _batch(batch, net)
     adv = data.advantages.astype(np.float64)
     times = []
     for i in range(repeats + 1):
@@ -78,7 +97,8 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
         if i:  # the first is a warm-up (allocations, CUDA context and kernels)
             times.append(time.perf_counter() - t0)
     steps = int(result.metrics[M.PERF_SGD_STEPS])
-    return {"device": device, "hidden": "x".join(map(str, hidden)), "threads": threads if device == "cpu" else None,
+    name = "x".join(map(str, hidden))
+    return {"device": device, "hidden": name if net == "mlp" else f"cnn16+128 {name}".strip(), "threads": threads if device == "cpu" else None,
             "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
             "sgd_steps": steps, "repeats": repeats}
 
@@ -94,11 +114,12 @@ def render_markdown(report: dict) -> str:
         where = f"cpu ({r['threads']} thread{'s' if r['threads'] != 1 else ''})" if r["device"] == "cpu" else r["device"]
         rows.append(f"| {r['hidden']} | {where} | {r['median_s']:.3f} | {r['min_s']:.3f}-{r['max_s']:.3f} | "
                     f"{ms_step} | {vs} |")
+    what = (f"MinAtar-sized ({'x'.join(map(str, MINATAR_SCREEN))} screens, the preset's CNN, Discrete({MINATAR_ACTIONS}))"
+            if s.get("net") == "minatar" else f"Hopper-sized ({OBS_DIM} observations, {ACT_DIM}-d Box action)")
     return (f"# Learner update time by device\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, "
             f"{m.get('cpu_count')} CPUs (load average at start {m['load_avg_1_5_15'][0]:.1f}); GPU: {gpu}; "
             f"torch {m.get('torch')}.\n\n"
-            f"One mode-central `Learner.update_central` on a synthetic Hopper-sized batch ({OBS_DIM} observations, "
-            f"{ACT_DIM}-d Box action): {s['batch']} samples, minibatch {s['minibatch']}, {s['epochs']} epochs, "
+            f"One mode-central `Learner.update_central` on a synthetic batch, {what}: {s['batch']} samples, minibatch {s['minibatch']}, {s['epochs']} epochs, "
             f"median of {s['repeats']} updates after one warm-up, the batch's move to the device and the CPU copy "
             f"of the published weights included.\n\n"
             "| hidden | device | update s (median) | min-max s | ms per SGD step | speed-up vs CPU |\n"
@@ -110,24 +131,33 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--hidden", default="64x64,256x256", help="comma-separated MLP sizes, e.g. 64x64,256x256")
-    p.add_argument("--batch", type=int, default=4096)
-    p.add_argument("--minibatch", type=int, default=512)
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--net", choices=("mlp", "minatar"), default="mlp",
+                   help="mlp: Hopper-sized MLPs; minatar: configs/minatar_breakout.yaml's CNN and update")
+    p.add_argument("--hidden", default=None, help="comma-separated MLP sizes, e.g. 64x64,256x256 (default: that; "
+                   "with --net minatar the preset's none, written '')")
+    p.add_argument("--batch", type=int, default=None, help="default 4096 (minatar: 1024)")
+    p.add_argument("--minibatch", type=int, default=None, help="default 512 (minatar: 256)")
+    p.add_argument("--epochs", type=int, default=None, help="default 10 (minatar: 4)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads of the CPU learner (hdppo's default 1)")
     p.add_argument("--devices", default=None, help="default: cpu, and cuda where torch sees a GPU")
     p.add_argument("--results", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
+    defaults = MINATAR_UPDATE if args.net == "minatar" else {"batch": 4096, "minibatch": 512, "epochs": 10}
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.hidden is None:
+        args.hidden = "" if args.net == "minatar" else "64x64,256x256"
     devices = args.devices.split(",") if args.devices else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     report = {"machine": machine_info(), "command": " ".join(["python benchmarks/learner_device.py", *(argv or sys.argv[1:])]),
               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-              "settings": {"batch": args.batch, "minibatch": args.minibatch, "epochs": args.epochs,
+              "settings": {"net": args.net, "batch": args.batch, "minibatch": args.minibatch, "epochs": args.epochs,
                            "repeats": args.repeats, "threads": args.threads}, "results": []}
     for hidden in args.hidden.split(","):
         for device in devices:
-            r = time_updates(device, [int(h) for h in hidden.split("x")], args.batch, args.minibatch, args.epochs,
-                             args.repeats, args.threads)
+            r = time_updates(device, [int(h) for h in hidden.split("x") if h], args.batch, args.minibatch, args.epochs,
+                             args.repeats, args.threads, args.net)
             report["results"].append(r)
             print(f"[learner_device] {r['hidden']:>9s} {device:4s} {r['median_s']:.3f} s/update "
                   f"({r['min_s']:.3f}-{r['max_s']:.3f})", flush=True)

@@ -179,6 +179,13 @@ def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
     (r,) = report["results"]
     assert r["device"] == "cpu" and r["sgd_steps"] == 2 and r["median_s"] > 0
     assert "| 8x8 | cpu (1 thread) |" in (tmp_path / "learner_device.md").read_text()
+    # The MinAtar CNN, at the preset's update shape unless given.
+    assert learner_device.main(["--net", "minatar", "--batch", "64", "--minibatch", "32", "--repeats", "1",
+                                "--devices", "cpu", "--results", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "learner_device.json").read_text())
+    (r,) = report["results"]
+    assert report["settings"]["epochs"] == 4 and r["sgd_steps"] == 8 and r["hidden"] == "cnn16+128"
+    assert "MinAtar-sized (10x10x4 screens" in (tmp_path / "learner_device.md").read_text()
 
 
 def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):

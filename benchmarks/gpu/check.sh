@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU checks of learner.device=cuda, as run on an NVIDIA H200 machine with no network
 # (2026-12-04): tests/test_cuda_learner.py and test_learner_device.py on the GPU, then
-# benchmarks/learner_device.py on CPU and CUDA at three settings. Results: $OUT (default /tmp/gpu_check).
+# benchmarks/learner_device.py on CPU and CUDA at three MLP and three CNN settings. Results: $OUT (default /tmp/gpu_check).
 #
 # That machine had torch with CUDA but not hdppo's other dependencies; they travel as wheels in
 # .whl/ (pydantic, pydantic-core, annotated-types, typing-inspection, typing-extensions,
@@ -29,3 +29,7 @@ python3 benchmarks/learner_device.py --results "$OUT/ld" --repeats 5 2>&1 | tail
 python3 benchmarks/learner_device.py --results "$OUT/ld16" --threads 16 --repeats 5 2>&1 | tail -14
 python3 benchmarks/learner_device.py --results "$OUT/ldbig" --threads 16 --batch 32768 --minibatch 4096 \
   --hidden 256x256,512x512 --repeats 3 2>&1 | tail -14
+python3 benchmarks/learner_device.py --net minatar --results "$OUT/minatar" --repeats 5 2>&1 | tail -9
+python3 benchmarks/learner_device.py --net minatar --threads 16 --results "$OUT/minatar16" --repeats 5 2>&1 | tail -9
+python3 benchmarks/learner_device.py --net minatar --threads 16 --batch 16384 --minibatch 4096 --results "$OUT/minatarbig" \
+  --repeats 3 2>&1 | tail -9
