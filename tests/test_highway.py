@@ -163,7 +163,7 @@ def _lone_ego(lane_id: int = 1):
     env.reset(seed=0)
     sim = env.unwrapped
     ego = sim.vehicle
-    ego.lane_index = ("0", "1", lane_id)
+    ego.lane_index = ego.target_lane_index = ("0", "1", lane_id)
     ego.lane = sim.road.network.get_lane(ego.lane_index)
     ego.position = ego.lane.position(ego.lane.local_coordinates(ego.position)[0], 0.0)
     sim.road.vehicles = [ego]
@@ -247,3 +247,28 @@ def test_kickstart_preset_trains_through_the_teacher(tmp_path):
     Trainer(cfg, tmp_path / "run", quiet=True).train()
     tags = {json.loads(line)["tag"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()}
     assert M.LOSS_TEACHER in tags
+
+
+def test_lookahead_oracle_plans_on_a_copy_of_the_simulator():
+    """benchmarks/highway.py's oracle row: on an empty road it speeds up; behind a slow car with
+    both neighbouring lanes free it changes lane; and its rollouts leave the real env untouched."""
+    import sys
+
+    from hdppo.envs.builtin.driving import FASTER, LANE_LEFT, LANE_RIGHT
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import highway as H
+
+    env, sim, ego = _lone_ego(lane_id=2)
+    try:
+        x, steps = float(ego.position[0]), sim.steps
+        assert H.lookahead_action(env) == FASTER
+        assert float(ego.position[0]) == x and sim.steps == steps
+    finally:
+        env.close()
+    env, sim, ego = _lone_ego(lane_id=1)
+    try:
+        _car(sim, 1, ahead=12.0, speed=10.0)
+        assert H.lookahead_action(env) in (LANE_LEFT, LANE_RIGHT)
+    finally:
+        env.close()
