@@ -110,9 +110,9 @@ def _simulator(env: Any) -> Any:
         seen = getattr(seen, "env", None) or getattr(seen, "unwrapped", None)
         if seen is None:
             break
-    raise EnvError(f"driving: {type(getattr(env, 'unwrapped', env)).__name__} is not (and does not wrap) a highway-env env; the gap-keeping "
-                   "driver reads highway-env's road and ego vehicle. Use it with a highway-env id such as "
-                   "highway_env:highway-fast-v0.")
+    name = type(getattr(env, "unwrapped", env)).__name__
+    raise EnvError(f"driving: {name} is not (and does not wrap) a highway-env env; the gap-keeping driver reads "
+                   "highway-env's road and ego vehicle. Use it with a highway-env id such as highway_env:highway-fast-v0.")
 
 
 def _gaps(sim: Any, lane: tuple) -> tuple[tuple[float, float], tuple[float, float]]:
