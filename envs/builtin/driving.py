@@ -144,7 +144,7 @@ def gap_keeping_action(env: Any, headway: float = 1.0, ttc: float = 5.0, rear_he
     the ego now. ``headway`` (s) and ``ttc`` (s) bound the gap it keeps ahead, ``rear_headway``
     (s) the gap it wants behind in a lane it moves into; when the vehicle ahead is within
     ``look`` m and slower than the top speed, it overtakes into a lane with ``gain`` m more
-    room. Defaults: the safest of the settings tried (``benchmarks/results/highway_kickstart.md``)."""
+    room. Defaults: the safest of the settings tried (``benchmarks/results/highway_scripted.md``)."""
     sim = _simulator(env)
     ego = sim.vehicle
     v, lane = float(ego.speed), ego.lane_index
