@@ -272,3 +272,24 @@ def test_lookahead_oracle_plans_on_a_copy_of_the_simulator():
         assert H.lookahead_action(env) in (LANE_LEFT, LANE_RIGHT)
     finally:
         env.close()
+
+
+def test_highway_table_gives_each_seed_and_their_mean():
+    """`--run highway_kickstart=DIR1,DIR2`: a row per run, their mean with its t-interval, and
+    the target judged on the mean."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import highway as H
+
+    def run(name, ret, crashes, steps=100_352):
+        return {"run_dir": f"runs/{name}", "env_steps": steps, "episodes": 100, "return_mean": ret, "return_std": 5.0,
+                "length_mean": 28.0, "train_env_steps_per_s": 30.0, "crash": H.rate([1.0] * crashes + [0.0] * (100 - crashes))}
+
+    md = H.render_markdown({"machine": {}, "command": "t", "trained": {
+        "highway": run("flat", 26.0, 5, steps=99_840), "highway_kickstart": [run("k0", 24.0, 20), run("k1", 26.0, 40)]}})
+    assert "| highway_kickstart | k0 | 100,352 | 100 | 24.0 ± 5.0 | 20% [" in md
+    assert "| highway_kickstart | mean of 2 seeds ± 95% t | | | **25.0 ± 12.7** | **30% ± 127** |" in md
+    assert "highway: met; highway_kickstart: **not met**" in md  # 30% crashes on the mean
+    md = H.render_markdown({"machine": {}, "command": "t", "trained": {"highway": run("flat", 26.0, 5)}})
+    assert "highway: **not met**" in md  # past the 1e5 env-step budget
