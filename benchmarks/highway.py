@@ -107,10 +107,8 @@ SCRIPTED = ("idle", "random")   # always IDLE (keep lane and speed); uniformly r
 # The gap-keeping driver (straight roads only): its default, and shorter headways and times to collision.
 GAP_DRIVERS = {"gap": {}, "gap_0.6s": {"headway": 0.6, "ttc": 3.0},
                "gap_0.5s": {"headway": 0.5, "ttc": 2.0, "rear_headway": 0.3}}
+LOOKAHEAD_DEPTH, LOOKAHEAD_CRASH = 3, -10.0  # the oracle: decisions it looks ahead, what a crash counts
 SCRIPTED_ENVS = {"highway": "highway-fast-v0", "roundabout": "roundabout-v1"}
-
-
-LOOKAHEAD_DEPTH, LOOKAHEAD_CRASH = 3, -10.0
 
 
 def scripted_policies(env_id: str) -> tuple[str, ...]:
@@ -148,7 +146,7 @@ def scripted_run(env_id: str, policy: str, episodes: int, seed: int) -> dict:
     """A no-learning baseline over ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...): the
     env through :mod:`hdppo.envs.builtin.driving` (its outcome in info), the meta-action chosen by
     ``policy``: ``idle`` always IDLE, ``random`` uniformly at random, ``gap*`` the gap-keeping
-    driver with :data:`GAP_DRIVERS`' settings."""
+    driver with :data:`GAP_DRIVERS`' settings, ``lookahead`` :func:`lookahead_action`."""
     from hdppo.envs.builtin.driving import gap_keeping_action, make
 
     env = make(env_id=env_id)
