@@ -73,12 +73,17 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
     if net == "minatar":
         policy = {"encoder": "cnn", "cnn_channels": [16], "cnn_features": 128, "hidden": hidden}
         space, obs_dim = gym.spaces.Discrete(MINATAR_ACTIONS), int(np.prod(MINATAR_SCREEN))
-        h, w, c = MINATAR_SCREEN
-        encoder = {"kind": "cnn", "chw": (c, h, w), "channels_last": True, "channels": [16], "features": 128}
     cfg = validate({"name": "learner-device", "env": {"id": "Hopper-v5"}, "diagnostics": {"every": 0},
                     "layers": [{"policy": policy,
                                 "ppo": {"minibatch_size": minibatch, "num_epochs": epochs},
                                 "dppo": {"train_batch_size": batch}}], "ray": {"backend": "local"}})
+    if net == "minatar":  # the encoder as hdppo builds it from the layer's policy section (hierarchies/spec.py)
+        from hdppo.policies.networks import image_layout
+
+        p = cfg.layers[0].policy
+        chw, last = image_layout(MINATAR_SCREEN)
+        encoder = {"kind": "cnn", "chw": chw, "channels_last": last, "channels": list(p.cnn_channels),
+                   "features": int(p.cnn_features)}
     learner = Learner(cfg, 0, obs_dim, space, ParameterService(), "local", None, None, threads, device, encoder)
     data = _batch(batch, net)
     adv = data.advantages.astype(np.float64)
