@@ -10,7 +10,8 @@ changes that. The median of ``--repeats`` updates after one warm-up is reported.
 
 ``--net minatar`` times the CNN of ``configs/minatar_breakout.yaml`` instead (10x10x4 boolean
 screens, one 3x3 conv of 16 channels, a dense layer of 128, ``Discrete(3)``) at that preset's
-update (batch 1024, minibatch 256, 4 epochs, unless given).
+update (batch 1024, minibatch 256, 4 epochs, unless given), with hdppo's default activation (tanh;
+the preset uses relu).
 
 Usage: python benchmarks/learner_device.py [--net mlp|minatar] [--hidden 64x64,256x256] [--batch 4096]
                                            [--minibatch 512] [--epochs 10] [--repeats 5] [--devices cpu,cuda]
