@@ -258,7 +258,8 @@ def set_encoder_spec(spec: LayerSpec, features: int) -> dict[str, Any]:
                            f"{features} values need {items * features} observation values, but the layer's "
                            f"observation has {spec.obs_dim}. Give the env's per-item width (job shop: "
                            f"observation: items, 14 per job).")
-    return {"kind": "set", "items": items, "features": int(features)}
+    return {"kind": "set", "items": items, "features": int(features),
+            "attention": int(spec.cfg.policy.set_attention), "heads": int(spec.cfg.policy.set_heads)}
 
 
 def needs_state(cfg: Config) -> bool:

@@ -145,6 +145,13 @@ class PolicyConfig(_Strict):
         "the weights do not depend on n (a dispatcher that picks one of n jobs; job shop's observation: items).")
     set_features: Optional[int] = Field(
         None, ge=1, description="encoder 'set': values per item at the start of the observation (required).")
+    set_attention: int = Field(
+        0, ge=0, description="encoder 'set': self-attention blocks over the item embeddings before the pooling "
+        "(pre-norm Transformer blocks, Vaswani et al. 2017; each item then sees the others, e.g. the jobs that "
+        "queue for the same machine). 0: Deep Sets (each item embedded alone, the mean and max its only "
+        "context). Like the rest of the set encoder, no weight depends on the number of items.")
+    set_heads: int = Field(4, ge=1, description="encoder 'set' with set_attention: attention heads per block; "
+                           "hidden[0] must be a multiple of it.")
     gru_hidden: int = Field(64, ge=1, description="encoder 'gru'/'cnn_gru': width of the GRU state (actor and "
                             "critic each have one).")
     seq_len: int = Field(16, ge=1, description="encoder 'gru'/'cnn_gru': decisions per chunk the learner "
@@ -195,6 +202,13 @@ class PolicyConfig(_Strict):
         if self.encoder == "set" and self.set_features is None:
             raise ValueError("encoder 'set' needs set_features: how many values describe each item at the start "
                              "of the observation (e.g. 14 for job shop with observation: items)")
+        if self.encoder == "set" and self.set_attention and self.hidden and self.hidden[0] % self.set_heads:
+            raise ValueError(f"encoder 'set' with set_attention: the item width hidden[0] = {self.hidden[0]} must be "
+                             f"a multiple of set_heads = {self.set_heads}; change one of them (e.g. hidden: [64, 64], "
+                             "set_heads: 4)")
+        if self.encoder != "set" and self.set_attention:
+            raise ValueError(f"set_attention applies to encoder 'set' only; this policy's encoder is "
+                             f"{self.encoder!r}. Remove set_attention or use encoder: set.")
         if not self.hidden and self.encoder != "cnn":
             raise ValueError(f"hidden must list at least one positive layer size, e.g. [64, 64] (only encoder "
                              f"'cnn' may have none, its cnn_features layer being one; this one is {self.encoder!r})")

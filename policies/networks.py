@@ -257,13 +257,41 @@ class ImageEncoder(nn.Module):
         return out.reshape(list(lead) + [out.shape[-1]])  # a list, as TorchScript needs
 
 
+class ItemAttention(nn.Module):
+    """One pre-norm Transformer block over a set of item embeddings ``[B, n, W]`` (no positional
+    encoding, so it is permutation-equivariant): ``h + MHA(LN(h))``, then ``h + FF(LN(h))``.
+    Written with plain linear layers rather than ``nn.MultiheadAttention`` so that TorchScript and
+    the ONNX export see ordinary matmuls and softmax."""
+
+    def __init__(self, width: int, heads: int, activation: str):
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"set attention: the item width {width} is not a multiple of {heads} heads")
+        self.heads, self.head_dim = int(heads), width // int(heads)
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv = _layer(width, 3 * width, 1.0)
+        # Zero-initialised outputs: each block starts as the identity, so a new block leaves the
+        # Deep Sets encoder it extends unchanged at the first update.
+        self.out = _layer(width, width, 0.0)
+        self.ff = nn.Sequential(_layer(width, 2 * width, math.sqrt(2)), _ACTIVATIONS[activation](),
+                                _layer(2 * width, width, 0.0))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, n, w = h.size(0), h.size(1), h.size(2)
+        q, k, v = self.qkv(self.norm1(h)).reshape(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.head_dim), dim=-1)     # [B, heads, n, n]
+        h = h + self.out((att @ v).transpose(1, 2).reshape(b, n, w))
+        return h + self.ff(self.norm2(h))
+
+
 class SetScorer(nn.Module):
     """A permutation-equivariant policy over a set of items (Deep Sets, Zaheer et al. 2017; the
     pointer-style scoring of learned dispatchers): the first ``items * features`` values of the
     flat input are ``items`` rows of ``features`` values each (item-major), the rest global values.
 
-    Every item is embedded by one shared MLP; the context is the mean and max of the embeddings
-    with the global values. ``per_item`` (the actor): ``[B, D] -> [B, items]``, one score per item
+    Every item is embedded by one shared MLP, then passes ``attention`` :class:`ItemAttention`
+    blocks (0: none, Deep Sets proper); the context is the mean and max of the embeddings with
+    the global values. ``per_item`` (the actor): ``[B, D] -> [B, items]``, one score per item
     from its embedding and the context, so action ``i`` picks item ``i`` whatever the items' order.
     Otherwise (the critic): ``[B, D] -> [B, out]`` from the context alone. No weight depends on
     ``items``, so the same weights run on any number of items (a policy trained on 10x10 job
@@ -271,7 +299,7 @@ class SetScorer(nn.Module):
     """
 
     def __init__(self, items: int, features: int, inp: int, hidden: Sequence[int], out: int, activation: str,
-                 out_gain: float, per_item: bool):
+                 out_gain: float, per_item: bool, attention: int = 0, heads: int = 4):
         super().__init__()
         self.items, self.features, self.per_item = int(items), int(features), bool(per_item)
         self.global_dim = int(inp) - self.items * self.features
@@ -284,6 +312,7 @@ class SetScorer(nn.Module):
         width = int(hidden[0])
         self.embed = nn.Sequential(_layer(self.features, width, math.sqrt(2)), _ACTIVATIONS[activation](),
                                    _layer(width, width, math.sqrt(2)), _ACTIVATIONS[activation]())
+        self.blocks = nn.Sequential(*(ItemAttention(width, heads, activation) for _ in range(int(attention))))
         head_hidden = list(hidden[1:]) or [width]
         context = 2 * width + self.global_dim
         self.head = mlp(width + context if per_item else context, head_hidden, 1 if per_item else out,
@@ -292,7 +321,7 @@ class SetScorer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead, n, f = x.shape[:-1], self.items, self.features
         flat = x.reshape(-1, x.shape[-1])
-        h = self.embed(flat[:, :n * f].reshape(-1, n, f))                           # [B, n, W]
+        h = self.blocks(self.embed(flat[:, :n * f].reshape(-1, n, f)))              # [B, n, W]
         context = torch.cat([h.mean(1), h.amax(1), flat[:, n * f:]], dim=-1)      # [B, 2W + G]
         if self.per_item:
             both = torch.cat([h, context.unsqueeze(1).expand(-1, n, -1)], dim=-1)
@@ -311,7 +340,8 @@ def trunk(inp: int, hidden: Sequence[int], out: int, activation: str, out_gain: 
         return mlp(inp, hidden, out, activation, out_gain)
     if encoder["kind"] == "set":
         return nn.Sequential(SetScorer(encoder["items"], encoder["features"], inp, hidden, out, activation, out_gain,
-                                       per_item=role == "actor"))
+                                       per_item=role == "actor", attention=encoder.get("attention", 0),
+                                       heads=encoder.get("heads", 4)))
     if encoder["kind"] != "cnn":
         raise ValueError(f"unknown encoder {encoder['kind']!r}: use 'mlp', 'cnn' or 'set'")
     enc = ImageEncoder(encoder["chw"], encoder["channels_last"], encoder.get("channels", (16, 32, 32)),

@@ -236,14 +236,20 @@ def test_cnn_then_gru_trains(tmp_path):
 
 
 # -- policy.encoder 'set' --------------------------------------------------------------------
-def _set_policy(items: int, features: int = 3, extra: int = 1, hidden=(16, 16)) -> ActorCritic:
+def _set_policy(items: int, features: int = 3, extra: int = 1, hidden=(16, 16), attention: int = 0) -> ActorCritic:
     return ActorCritic(items * features + extra, gym.spaces.Discrete(items), hidden,
-                       encoder={"kind": "set", "items": items, "features": features})
+                       encoder={"kind": "set", "items": items, "features": features, "attention": attention,
+                                "heads": 4})
 
 
-def test_set_actor_is_permutation_equivariant_and_critic_invariant():
+@pytest.mark.parametrize("attention", [0, 2])
+def test_set_actor_is_permutation_equivariant_and_critic_invariant(attention):
     torch.manual_seed(0)
-    pol = _set_policy(6)
+    pol = _set_policy(6, attention=attention)
+    if attention:  # the blocks start as the identity; perturb them so that they take part
+        with torch.no_grad():
+            for p in pol.parameters():
+                p.add_(0.1 * torch.randn_like(p))
     x = torch.randn(4, 6 * 3 + 1)
     perm = torch.tensor([3, 1, 0, 5, 4, 2])
     xp = torch.cat([x[:, :18].reshape(4, 6, 3)[:, perm].reshape(4, -1), x[:, 18:]], -1)
@@ -256,8 +262,9 @@ def test_set_actor_is_permutation_equivariant_and_critic_invariant():
     assert not torch.allclose(pol.actor(x), pol.actor(x2)) and not torch.allclose(pol.value(x), pol.value(x2))
 
 
-def test_set_policy_weights_do_not_depend_on_the_item_count():
-    small, large = _set_policy(5), _set_policy(9)
+@pytest.mark.parametrize("attention", [0, 1])
+def test_set_policy_weights_do_not_depend_on_the_item_count(attention):
+    small, large = _set_policy(5, attention=attention), _set_policy(9, attention=attention)
     large.load_state_dict(small.state_dict())  # raises on any shape mismatch
     a, logp, v = large.act(torch.randn(7, 9 * 3 + 1), masks=torch.ones(7, 9))
     assert a.shape == (7, 1) and logp.shape == (7,) and v.shape == (7,) and (0 <= a).all() and (a < 9).all()
@@ -294,6 +301,11 @@ def test_set_policy_learns_and_runs_on_more_items_than_it_trained_on(tmp_path):
 def test_set_encoder_errors_name_the_field():
     with pytest.raises(ConfigError, match="policy: encoder .set. needs set_features"):
         validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "set"}}]))
+    with pytest.raises(ConfigError, match="set_attention applies to encoder 'set' only"):
+        validate(tiny_config(layers=[{"name": "control", "policy": {"set_attention": 1}}]))
+    with pytest.raises(ConfigError, match=r"hidden\[0\] = 30 must be a multiple of set_heads = 4"):
+        validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "set", "set_features": 3,
+                                                                    "set_attention": 1, "hidden": [30]}}]))
     cfg = validate(tiny_config(env={"id": "Pendulum-v1"},
                                layers=[{"name": "control", "policy": {"encoder": "set", "set_features": 1}}]))
     with pytest.raises(ConfigError, match="policy.encoder.*Discrete"):

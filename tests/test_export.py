@@ -47,8 +47,13 @@ CASES = {  # name -> (config, layers to export)
                                      "kwargs": {"size": "5x4", "observation": "items", "job_order": "mwkr"}},
                                 train=TRAIN, layers=[{"name": "control", "policy": {"encoder": "set", "set_features": 14},
                                                       "ppo": {"minibatch_size": 64, "num_epochs": 2}}]), ["control"]),
+    "jobshop_set_attention": (tiny_config(env={"entry_point": "hdppo.envs.builtin.jobshop:make_env",
+                                               "kwargs": {"size": "5x4", "observation": "items", "job_order": "mwkr"}},
+                                          train=TRAIN, layers=[{"name": "control", "policy": {
+                                              "encoder": "set", "set_features": 14, "set_attention": 1, "hidden": [16, 16]},
+                                              "ppo": {"minibatch_size": 64, "num_epochs": 2}}]), ["control"]),
 }
-MASKED = ("tictactoe", "jobshop_set")
+MASKED = ("tictactoe", "jobshop_set", "jobshop_set_attention")
 
 
 @pytest.fixture(scope="module")

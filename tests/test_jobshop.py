@@ -229,7 +229,7 @@ def test_set_preset_builds_a_size_free_policy():
     cfg = load_config(ROOT / "configs" / "jobshop_set.yaml")
     venv, _, specs = probe_env(cfg, 0)
     venv.close()
-    assert specs[0].encoder == {"kind": "set", "items": 10, "features": 14}
+    assert specs[0].encoder == {"kind": "set", "items": 10, "features": 14, "attention": 0, "heads": 4}
     assert not cfg.layers[0].normalization.observation  # per-value statistics would tie it to 10 jobs
 
 
