@@ -106,7 +106,8 @@ def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int) -> dict:
 SCRIPTED = ("idle", "random")   # always IDLE (keep lane and speed); uniformly random meta-actions
 # The gap-keeping driver (straight roads only): its default, and shorter headways and times to collision.
 GAP_DRIVERS = {"gap": {}, "gap_0.6s": {"headway": 0.6, "ttc": 3.0},
-               "gap_0.5s": {"headway": 0.5, "ttc": 2.0, "rear_headway": 0.3}}
+               "gap_0.5s": {"headway": 0.5, "ttc": 2.0, "rear_headway": 0.3},
+               "gap_escape": {"escape": True}}
 LOOKAHEAD_DEPTH, LOOKAHEAD_CRASH = 3, -10.0  # the oracle: decisions it looks ahead, what a crash counts
 SCRIPTED_ENVS = {"highway": "highway-fast-v0", "roundabout": "roundabout-v1"}
 

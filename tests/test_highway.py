@@ -202,6 +202,28 @@ def test_gap_keeping_driver_speeds_up_passes_and_brakes():
         env.close()
 
 
+def test_gap_keeping_driver_escapes_a_leader_slower_than_the_ego_can_drive():
+    """At its lowest target speed (20 m/s) the ego closes on a 15 m/s car with no lane that meets
+    the headway rules: the default driver brakes, which does nothing at that speed; with
+    ``escape`` it squeezes into the next lane, whose car behind keeps a bumper margin."""
+    from hdppo.envs.builtin.driving import LANE_LEFT, SLOWER, gap_keeping_action
+
+    env, sim, ego = _lone_ego(lane_id=2)
+    try:
+        ego.speed = ego.target_speed = float(ego.target_speeds[0])
+        ego.speed_index = 0
+        _car(sim, 2, ahead=30.0, speed=15.0)                           # the wall: 25 m of gap, closing at 5 m/s
+        _car(sim, 1, ahead=-12.0, speed=20.0)                          # 7 m behind in the next lane
+        assert gap_keeping_action(env) == SLOWER
+        assert gap_keeping_action(env, escape=True) == LANE_LEFT
+        _car(sim, 0, ahead=200.0, speed=25.0)                          # a lane two away changes nothing
+        assert gap_keeping_action(env, escape=True) == LANE_LEFT
+        _car(sim, 1, ahead=3.0, speed=20.0)                            # the next lane taken beside the ego
+        assert gap_keeping_action(env, escape=True) == SLOWER          # nothing left to do
+    finally:
+        env.close()
+
+
 def test_gap_keeping_driver_drives_highway_fast_without_crashing():
     """Three whole episodes (90 decisions) in traffic: no crash, where always-IDLE crashes in 94%."""
     import gymnasium as gym

@@ -139,30 +139,49 @@ def _room_behind(gap: tuple[float, float], speed: float, headway: float) -> bool
 
 
 def gap_keeping_action(env: Any, headway: float = 1.0, ttc: float = 5.0, rear_headway: float = 0.5,
-                       look: float = 60.0, gain: float = 15.0) -> int:
+                       look: float = 60.0, gain: float = 15.0, escape: bool = False, wall: float = 50.0) -> int:
     """A rule-based driver for the straight highways (the module docstring): the meta-action for
     the ego now. ``headway`` (s) and ``ttc`` (s) bound the gap it keeps ahead, ``rear_headway``
     (s) the gap it wants behind in a lane it moves into; when the vehicle ahead is within
     ``look`` m and slower than the top speed, it overtakes into a lane with ``gain`` m more
-    room. Defaults: the safest of the settings tried (``benchmarks/results/highway_scripted.md``)."""
+    room. Defaults: the safest of the settings tried (``benchmarks/results/highway_scripted.md``).
+
+    ``escape``: the ego cannot drive slower than its lowest target speed (20 m/s on the highways;
+    SLOWER does nothing below it), so a leader slower than that within ``wall`` m is a wall it
+    will run into (the default driver's crashes, ``results/highway_scripted.md``). With it, such a
+    lane is no lane to move into, the ego leaves it as soon as a neighbouring lane has room, and
+    when none has, it takes a lane change with only bumper margins once the wall is near."""
     sim = _simulator(env)
     ego = sim.vehicle
     v, lane = float(ego.speed), ego.lane_index
     sides = {side[2]: side for side in sim.road.network.side_lanes(lane)}
-    v_top = float(ego.target_speeds[-1])
+    v_top, v_min = float(ego.target_speeds[-1]), float(ego.target_speeds[0])
     ahead, _ = _gaps(sim, lane)
 
     def room(gap: tuple[float, float]) -> float:  # free road at the top speed: the gap, and a fast leader's lead
         return min(gap[0], 150.0) + 5.0 * (min(gap[1], v_top) - v)
 
-    options = []  # (room, action) of the neighbouring lanes one can move into now
+    def walled(gap: tuple[float, float]) -> bool:  # a leader slower than the ego can drive, near
+        return escape and gap[1] < v_min - 0.3 and gap[0] < wall
+
+    options, escapes = [], []  # (room, action) of the neighbouring lanes one can move into now
     for offset, action in ((1, LANE_RIGHT), (-1, LANE_LEFT)):
         side = sides.get(lane[2] + offset)
         if side is not None:
             front, rear = _gaps(sim, side)
+            if walled(front):
+                continue
             if _room_ahead(front, v, headway, ttc) and _room_behind(rear, v, rear_headway):
                 options.append((room(front) + (10.0 if action == LANE_RIGHT else 0.0), action))
+            if front[0] > 6.0 + 1.5 * max(0.0, v - front[1]) and rear[0] > 3.0 + 1.5 * max(0.0, rear[1] - v):
+                escapes.append((room(front), action))
     options.sort(reverse=True)
+    escapes.sort(reverse=True)
+    if walled(ahead) and v > ahead[1]:
+        if options:
+            return options[0][1]
+        if escapes and (ahead[0] < 15.0 or ahead[0] / (v - ahead[1]) < 6.0):
+            return escapes[0][1]
     if not _room_ahead(ahead, v, headway, ttc):
         return options[0][1] if options else SLOWER
     here = room(ahead)
