@@ -188,6 +188,17 @@ def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
     assert "MinAtar-sized (10x10x4 screens" in (tmp_path / "learner_device.md").read_text()
 
 
+def test_set_encoder_cost_times_each_attention_depth_and_writes_its_table(tmp_path):
+    import set_encoder_cost
+
+    assert set_encoder_cost.main(["--blocks", "0,1", "--act-batch", "2", "--minibatch", "16", "--acts", "2",
+                                  "--steps", "1", "--repeats", "1", "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "set_encoder_cost.json").read_text())["rows"]
+    assert [r["set_attention"] for r in rows] == [0, 1] and rows[0]["act_vs_none"] == 1.0
+    assert rows[1]["params"] > rows[0]["params"] > 0 and all(r["act_ms"] > 0 and r["sgd_step_ms"] > 0 for r in rows)
+    assert "| 1 | " in (tmp_path / "set_encoder_cost.md").read_text()
+
+
 def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):
     """benchmarks/skirmish.py: the scripted table end to end on a few games, and its intervals."""
     import skirmish
