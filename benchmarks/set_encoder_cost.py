@@ -17,7 +17,6 @@ Writes benchmarks/results/set_encoder_cost.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from common import save_files  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 PRESET = ROOT / "configs" / "jobshop_set.yaml"
@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
           + "\n".join(f"| {r['set_attention']} | {r['params']:,} | {r['act_ms']:.2f} | {r['act_vs_none']:.2f} | "
                       f"{r['sgd_step_ms']:.1f} | {r['sgd_vs_none']:.2f} |" for r in rows)
           + f"\n\nCommand: `{cmd}`\n")
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "set_encoder_cost.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.results / "set_encoder_cost.md").write_text(md)
+    save_files(args.results / "set_encoder_cost", report, md)
     print(md)
     return 0
 
