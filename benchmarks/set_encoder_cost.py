@@ -36,13 +36,13 @@ def build(blocks: int):
     """The preset's ActorCritic with ``set_attention: blocks`` (its encoder spec from probe_env)."""
     from hdppo.hierarchies.spec import probe_env
     from hdppo.platform.config import load_config
-    from hdppo.policies.networks import ActorCritic
+    from hdppo.policies.networks import make_policy
 
     cfg = load_config(PRESET, [f"layers.0.policy.set_attention={blocks}"])
     venv, _, specs = probe_env(cfg, 0)
     venv.close()
     spec, p = specs[0], cfg.layers[0].policy
-    return ActorCritic(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim,
+    return make_policy(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim,
                        spec.encoder), spec
 
 

@@ -173,7 +173,7 @@ def gap_keeping_action(env: Any, headway: float = 1.0, ttc: float = 5.0, rear_he
                 continue
             if _room_ahead(front, v, headway, ttc) and _room_behind(rear, v, rear_headway):
                 options.append((room(front) + (10.0 if action == LANE_RIGHT else 0.0), action))
-            if front[0] > 6.0 + 1.5 * max(0.0, v - front[1]) and rear[0] > 3.0 + 1.5 * max(0.0, rear[1] - v):
+            if escape and front[0] > 6.0 + 1.5 * max(0.0, v - front[1]) and rear[0] > 3.0 + 1.5 * max(0.0, rear[1] - v):
                 escapes.append((room(front), action))
     options.sort(reverse=True)
     escapes.sort(reverse=True)
