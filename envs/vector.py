@@ -91,6 +91,9 @@ class VectorMultiAgentEnv:
     # Info keys worth a chart per episode (``metadata["episode_metrics"]`` of the env; the config's
     # ``env.episode_metrics`` overrides): see :func:`episode_info_values`.
     episode_metrics: tuple[str, ...] = ()
+    # Values per item of an env made for ``policy.encoder: set`` (``metadata["set_features"]``; the
+    # job shop's ``observation: items`` says 14), so that a config giving another width is refused.
+    set_features: int | None = None
 
     def observation_space(self, agent: str) -> gym.Space: ...
     def action_space(self, agent: str) -> gym.Space: ...
@@ -134,6 +137,13 @@ def declared_episode_metrics(env: Any) -> tuple[str, ...]:
     meta = getattr(env, "metadata", None)
     keys = meta.get("episode_metrics", ()) if isinstance(meta, dict) else ()
     return tuple(str(k) for k in keys)
+
+
+def declared_set_features(env: Any) -> int | None:
+    """The per-item width an env declares in ``metadata["set_features"]`` (None if it declares none)."""
+    meta = getattr(getattr(env, "unwrapped", env), "metadata", None)
+    value = meta.get("set_features") if isinstance(meta, dict) else None
+    return int(value) if value is not None else None
 
 
 def episode_info_values(infos: Mapping[str, Mapping[str, Any]] | None, keys: Sequence[str]) -> dict[str, float]:
@@ -321,6 +331,7 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         self.name, self.num_envs = name, num_envs
         self.envs = [make_env() for _ in range(num_envs)]
         self.episode_metrics = declared_episode_metrics(self.envs[0])
+        self.set_features = declared_set_features(self.envs[0])
         self._space = self.envs[0].observation_space
         self._action_space = self.envs[0].action_space
         self.agents = [SINGLE_AGENT]
@@ -455,6 +466,7 @@ class AdapterCopies(VectorMultiAgentEnv):
         first = self.copies[0]
         self.name = name or first.name
         self.episode_metrics = declared_episode_metrics(getattr(first, "env", first))
+        self.set_features = declared_set_features(getattr(first, "env", first))
         self._check = _Checker(self.name)
         self._declared = list(first.possible_agents or [])
         self.keep_raw = True  # raw observation dicts, for 'module:function' views (the sampler turns it off otherwise)

@@ -219,7 +219,7 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     if p.encoder == "gru":
         return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": None}
     if p.encoder == "set":
-        return set_encoder_spec(spec, int(p.set_features))
+        return set_encoder_spec(spec, int(p.set_features), getattr(probe, "set_features", None))
     shape = p.image_shape
     if shape is None:
         space = probe.observation_space(known[0])
@@ -246,8 +246,9 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     return cnn
 
 
-def set_encoder_spec(spec: LayerSpec, features: int) -> dict[str, Any]:
-    """encoder 'set': the items are the layer's Discrete(n) choices, ``features`` values each."""
+def set_encoder_spec(spec: LayerSpec, features: int, declared: int | None = None) -> dict[str, Any]:
+    """encoder 'set': the items are the layer's Discrete(n) choices, ``features`` values each
+    (``declared``: the width the env says its items have, if it says)."""
     space = spec.action_space
     if not isinstance(space, gym.spaces.Discrete):
         raise _layer_error(spec, "policy.encoder", f"encoder 'set' scores one item per action, so it needs a "
@@ -257,7 +258,11 @@ def set_encoder_spec(spec: LayerSpec, features: int) -> dict[str, Any]:
         raise _layer_error(spec, "policy.set_features", f"{items} items (the Discrete({items}) action) of "
                            f"{features} values need {items * features} observation values, but the layer's "
                            f"observation has {spec.obs_dim}. Give the env's per-item width (job shop: "
-                           f"observation: items, 14 per job).")
+                           f"observation: items, 14 per job; items_lookahead, 20).")
+    if declared is not None and declared != features:
+        raise _layer_error(spec, "policy.set_features", f"is {features}, but the env's items have {declared} "
+                           f"values each (its metadata['set_features']); with another width the policy would read "
+                           f"the rows misaligned. Set policy.set_features: {declared}.")
     return {"kind": "set", "items": items, "features": int(features),
             "attention": int(spec.cfg.policy.set_attention), "heads": int(spec.cfg.policy.set_heads)}
 

@@ -222,6 +222,61 @@ def test_items_observation_is_per_job_rows_of_14_and_runs_every_size():
         JobShopEnv(observation="graph")
 
 
+def test_lookahead_features_predict_each_candidates_reward_and_queue():
+    """items_lookahead: feature 0 of every legal slot is the rise of the lower bound that dispatching
+    it causes (minus its reward before forced dispatches), checked by dispatching each on a copy of
+    the schedule; the queue count matches a
+    count by hand; finished jobs read zeros; the first 14 columns are the items layout's."""
+    import copy
+
+    from hdppo.envs.builtin.jobshop.env import ITEM_FEATURES, LOOKAHEAD_FEATURES
+
+    w = ITEM_FEATURES + LOOKAHEAD_FEATURES
+    for scheme in ("nondelay", "active"):
+        env = JobShopEnv(instance="ft06", scheme=scheme, job_order="mwkr", observation="items_lookahead")
+        plain = JobShopEnv(instance="ft06", scheme=scheme, job_order="mwkr", observation="items")
+        assert env.observation_space["observation"].shape == (obs_dim(6, 6, "items_lookahead"),) == (6 * w + 2,)
+        obs, _ = env.reset(seed=0)
+        plain_obs, _ = plain.reset(seed=0)
+        checked, done, rng = 0, False, np.random.default_rng(0)
+        while not done:
+            rows = obs["observation"][:6 * w].reshape(6, w)
+            assert np.allclose(rows[:, :ITEM_FEATURES], plain_obs["observation"][:6 * ITEM_FEATURES].reshape(6, ITEM_FEATURES))
+            d = env.d
+            for slot in np.flatnonzero(obs["action_mask"]):
+                job = env.job_of(int(slot))
+                lb0 = d.lower_bound()
+                d2 = copy.deepcopy(d)
+                d2.schedule(job)
+                assert rows[slot, ITEM_FEATURES] == pytest.approx((d2.lower_bound() - lb0) / d.pmax, abs=1e-6)
+                queued = sum(1 for o in range(6) if o != job and d.live[o] and d.op_mach[o] == d.op_mach[job])
+                assert rows[slot, ITEM_FEATURES + 2] == pytest.approx(queued / 6)
+                checked += 1
+            for slot in range(6):
+                if not d.live[env.job_of(slot)]:
+                    assert not rows[slot].any()
+            a = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            obs, _, done, _, _ = env.step(a)
+            plain_obs, *_ = plain.step(a)
+        assert checked > 10
+    check_env(make_env(size="5x4", observation="items_lookahead"), skip_render_check=True)
+
+
+def test_set_features_must_match_the_width_the_env_declares():
+    from hdppo.hierarchies.spec import probe_env
+    from hdppo.platform.config import load_config, validate
+    from hdppo.platform.errors import ConfigError
+
+    cfg = load_config(ROOT / "configs" / "jobshop_set_lookahead.yaml")
+    venv, _, specs = probe_env(cfg, 0)
+    venv.close()
+    assert specs[0].encoder["features"] == 20 and venv.set_features == 20
+    raw = cfg.model_dump()
+    raw["layers"][0]["policy"]["set_features"] = 14   # the items layout's width, on items_lookahead rows
+    with pytest.raises(ConfigError, match=r"policy.set_features: is 14, but the env's items have 20"):
+        probe_env(validate(raw), 0)
+
+
 def test_set_preset_builds_a_size_free_policy():
     from hdppo.hierarchies.spec import probe_env
     from hdppo.platform.config import load_config

@@ -18,7 +18,7 @@ the classic benchmark instances (ft, la, ta, abz, orb, swv, yn; :mod:`.instances
 | reward | ``-(LB_t - LB_{t-1}) / p_max``: the rise of the makespan lower bound (L2D's reward), ``LB`` = max over jobs of ready time + remaining work and over machines of free time + remaining load; it sums to ``-(makespan - LB_0) / p_max`` (``reward="makespan"``: also ``-LB_0 / p_max`` on the first step, so it sums to ``-makespan / p_max``) |
 | info | ``lower_bound``, ``decisions``; at the end also ``makespan``, ``makespan_over_lb`` (over ``LB_0``; both charted as ``episode/<key>``) and ``gap`` (% to the optimum / best known, benchmark instances) |
 | episode | terminates when every operation is dispatched: at most ``n * m`` decisions, fewer with ``skip_single`` |
-| arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``observation="flat"`` (or ``"items"``, below), ``job_order="index"`` (slot i is job i; ``"mwkr"``: the slots list the candidates by most work remaining, then the other jobs, and action i dispatches the job in slot i; ``env.job_of(a)``), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
+| arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``observation="flat"`` (or ``"items"``, ``"items_lookahead"``, below), ``job_order="index"`` (slot i is job i; ``"mwkr"``: the slots list the candidates by most work remaining, then the other jobs, and action i dispatches the job in slot i; ``env.job_of(a)``), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
 | reset options | ``{"instance": name or Instance}``: this episode's instance (of the env's size) |
 | factory | ``make_env(**kwargs)`` (``env.type: gymnasium``, ``entry_point: hdppo.envs.builtin.jobshop:make_env``) |
 
@@ -40,6 +40,14 @@ random 15x15 instances runs on ta01-ta10 and la36-la40.
 next operation's machine (zeros once the job is done), then the 2 global values; no one-hot and no
 machine table, so nothing but ``n`` depends on the size. Made for ``policy.encoder: set`` with
 ``set_features: 14``, whose weights do not depend on ``n`` either: one policy runs on every size.
+
+``observation="items_lookahead"`` (``D = 20 n + 2``): the ``items`` row of each job followed by 6
+values on what dispatching it now would do, in units of ``p_max``: the rise of the lower bound
+``LB`` (exact: the step's reward before forced dispatches, negated), the job's slack to the new
+bound (``LB' - est - remaining work``), the other live jobs queued for the same machine (count / n,
+and their largest remaining work / (m p_max)), and at the job's following machine the wait after
+this operation and that machine's remaining load / (n p_max); zeros for finished jobs.
+``set_features: 20``; ``configs/jobshop_set_lookahead.yaml``.
 
 **Baselines**: the priority rules of :mod:`.rules` (``MWKR``, ``SPT``, ``MOR``, ``FIFO``, ``LWKR``)
 on the same schemes, and OR-Tools CP-SAT (:func:`.cpsat.solve`) as the oracle under a time limit,

@@ -22,14 +22,17 @@ GLOBAL_FEATURES = 2
 CLIP = 10.0
 
 
-# observation="items": per job, its own features and those of its next operation's machine.
+# observation="items": per job, its own features and those of its next operation's machine;
+# "items_lookahead" adds what dispatching the job now would do (LOOKAHEAD_FEATURES, _lookahead).
 ITEM_FEATURES = JOB_FEATURES + MACHINE_FEATURES
-OBSERVATIONS = ("flat", "items")
+LOOKAHEAD_FEATURES = 6
+OBSERVATIONS = ("flat", "items", "items_lookahead")
+ITEM_WIDTH = {"items": ITEM_FEATURES, "items_lookahead": ITEM_FEATURES + LOOKAHEAD_FEATURES}
 
 
 def obs_dim(n: int, m: int, observation: str = "flat") -> int:
-    if observation == "items":
-        return n * ITEM_FEATURES + GLOBAL_FEATURES
+    if observation in ITEM_WIDTH:
+        return n * ITEM_WIDTH[observation] + GLOBAL_FEATURES
     return n * (JOB_FEATURES + m) + m * MACHINE_FEATURES + GLOBAL_FEATURES
 
 
@@ -77,6 +80,8 @@ class JobShopEnv(gym.Env):
         self.skip_single = bool(skip_single)
         self.job_order = job_order
         self.observation = observation
+        if observation in ITEM_WIDTH:  # the width a set policy must be given (hierarchies.spec checks it)
+            self.metadata = {**self.metadata, "set_features": ITEM_WIDTH[observation]}
         self._perm = np.arange(n)
         self.render_mode = render_mode
         self.observation_space = spaces.Dict({
@@ -175,7 +180,8 @@ class JobShopEnv(gym.Env):
         p_next2 = np.where(d.next_op + 1 < m, d.p[idx, k2], 0)
         ect_live = d.ect[live]
         c_star = ect_live.min() if live.any() else 0
-        jobs = np.zeros((n, JOB_FEATURES + (MACHINE_FEATURES if self.observation == "items" else m)), np.float64)
+        items = self.observation in ITEM_WIDTH
+        jobs = np.zeros((n, ITEM_WIDTH[self.observation] if items else JOB_FEATURES + m), np.float64)
         jobs[:, 0] = legal
         jobs[:, 1] = live
         jobs[:, 2] = d.op_p / pmax
@@ -199,8 +205,10 @@ class JobShopEnv(gym.Env):
             self._perm = np.lexsort((idx, -rem, ~legal))
         else:
             self._perm = idx
-        if self.observation == "items":  # each live job carries its next machine's row, not a one-hot
-            jobs[live, JOB_FEATURES:] = machines[d.op_mach[live]]
+        if items:  # each live job carries its next machine's row, not a one-hot
+            jobs[live, JOB_FEATURES:ITEM_FEATURES] = machines[d.op_mach[live]]
+            if self.observation == "items_lookahead":
+                jobs[:, ITEM_FEATURES:] = _lookahead(d, rem)
             tail = [glob]
         else:
             jobs[idx[live], JOB_FEATURES + d.op_mach[live]] = 1.0
@@ -224,6 +232,38 @@ class JobShopEnv(gym.Env):
 
         return gantt_image(self.instance, self.d.starts, title=f"{self.instance.name}: makespan so far "
                            f"{int(np.max(self.d.job_ready))}", dpi=60)
+
+
+def _lookahead(d: Dispatcher, rem: np.ndarray) -> np.ndarray:
+    """Per job ``[n, LOOKAHEAD_FEATURES]``, what dispatching its next operation now would do (zeros
+    for finished jobs), in units of ``p_max``: the rise of the makespan lower bound (the step's
+    reward, negated), the job's slack to the bound after it, the other live jobs queued for the
+    same machine (count / n, and their largest remaining work / (m p_max)), and at the job's
+    following machine the wait once this operation ends and that machine's remaining load / (n
+    p_max). A set encoder sees each job alone plus pooled summaries; these are the comparisons
+    between a job, its machine's queue and the bound that priority rules and L2D's reward encode,
+    which an MLP over single rows has to learn otherwise."""
+    n, m, pmax = d.n, d.m, d.pmax
+    live, est, mach = d.live, d.est, d.op_mach
+    out = np.zeros((n, LOOKAHEAD_FEATURES), np.float64)
+    if not live.any():
+        return out
+    lb = d.lower_bound()
+    # Dispatching j starts it at est_j: its job's bound becomes est_j + rem_j and its machine's
+    # est_j + load; both only grow, so the new bound is the max of these and the old one (exact).
+    lb_after = np.maximum(lb, est + np.maximum(rem, d.mach_load[mach]))
+    out[:, 0] = (lb_after - lb) / pmax
+    out[:, 1] = (lb_after - est - rem) / pmax
+    same = (mach[:, None] == mach[None, :]) & live[None, :] & live[:, None] & ~np.eye(n, dtype=bool)
+    out[:, 2] = same.sum(1) / n
+    out[:, 3] = np.where(same, rem[None, :], 0).max(1, initial=0) / (m * pmax)
+    k2 = d.next_op + 1
+    has_next = live & (k2 < m)
+    mach2 = d.mach[np.arange(n), np.minimum(k2, m - 1)]
+    out[:, 4] = np.where(has_next, np.maximum(d.mach_ready[mach2] - (est + d.op_p), 0) / pmax, 0.0)
+    out[:, 5] = np.where(has_next, d.mach_load[mach2] / (n * pmax), 0.0)
+    out[~live] = 0.0
+    return out
 
 
 def make_env(**kwargs: Any) -> JobShopEnv:
