@@ -287,6 +287,36 @@ def _best_note(best: dict | None) -> str:
             f"{best['update']}, {best['env_steps']:,} env steps, {best['episodes']} episodes")
 
 
+def _size_table(families: list[dict]) -> list[str]:
+    """The issue's criterion by size: every classic instance of a size pooled (ft10 with la16-la20,
+    ta01-ta10 with la36-la40), the policy's greedy mean gap against the one rule of MWKR, SPT, MOR
+    with the lowest mean on those instances, for the runs' mean and for each run."""
+    sizes: dict[str, list[dict]] = {}
+    for fam in families:
+        for r in fam["rows"]:
+            sizes.setdefault(r["size"], []).append(r)
+    out = ["## By size (every classic instance of the size pooled; mean gap %)", "",
+           "| size | instances | policy greedy | each run | MWKR | SPT | MOR | best of MWKR, SPT, MOR | greedy at or below it | every run at or below it |",
+           "|" + "---|" * 10]
+    for size, rows in sizes.items():
+        rules = {k: _mean(rows, k) for k in ("MWKR", "SPT", "MOR")}
+        single = min(((v, k) for k, v in rules.items() if v is not None), default=None)
+        greedy = _mean(rows, "policy_greedy")
+        per_inst = [r.get("policy_greedy_runs") or [] for r in rows]
+        n = min((len(x) for x in per_inst), default=0)
+        runs = [float(np.mean([x[k]["gap"] for x in per_inst])) for k in range(n)]
+        if single is None or greedy is None:
+            verdict = every = "-"
+        else:
+            verdict = "yes" if greedy <= single[0] + 1e-9 else "**no**"
+            every = "-" if not runs else ("yes" if max(runs) <= single[0] + 1e-9 else "**no**")
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+        out.append(f"| {size} | {len(rows)} | {fmt(greedy)} | {' / '.join(f'{v:.1f}' for v in runs) or '-'} | "
+                   f"{fmt(rules['MWKR'])} | {fmt(rules['SPT'])} | {fmt(rules['MOR'])} | "
+                   f"{'-' if single is None else f'{single[0]:.1f} ({single[1]})'} | {verdict} | {every} |")
+    return out
+
+
 def markdown(report: dict) -> str:
     s = report["settings"]
     lines = ["# Job shop: gap to the optimum / best known (%)", "",
@@ -345,6 +375,7 @@ def markdown(report: dict) -> str:
                           f"{_g(r['best_rule'])} ({r['best_rule']['rule']}) | {_cp(r.get('cpsat_short'))} | "
                           f"{_cp(r.get('cpsat_long'))} |")
         detail.append("")
+    by_size = _size_table(report["families"])
     policy_lines = ["## Policies", ""] + [
         f"- {size}: `{p['run_dir']}` ({p['checkpoint']}, {p['env_steps']:,} env steps of training"
         f"{', trained on ' + p['trained_size'] if p.get('trained_size', size) != size else ''}"
@@ -354,7 +385,7 @@ def markdown(report: dict) -> str:
         spreads = ["## Greedy gap per training run (family mean %; mean ± 95% t-interval over runs)", "",
                    "| family | runs |", "|---|---|"] + spreads
     gantt = ["", "Gantt charts: " + ", ".join(f"`{g}`" for g in report.get("gantt", [])) if report.get("gantt") else ""]
-    return join_md(lines + summary + [""] + spreads + [""] + policy_lines + gantt + [""] + detail) + "\n"
+    return join_md(lines + summary + [""] + by_size + [""] + spreads + [""] + policy_lines + gantt + [""] + detail) + "\n"
 
 
 # ----------------------------------------------------------------------------- main

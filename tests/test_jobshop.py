@@ -325,6 +325,7 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     assert ft06["policy_greedy"]["gap"] == pytest.approx(np.mean([g["gap"] for g in ft06["policy_greedy_runs"]]))
     assert "best of MWKR, SPT, MOR" in md and "trained on random 10x10 only; the mean of 2 runs" in md
     assert "Greedy gap per training run" in md and "(2 runs)" in md
+    assert "## By size" in md and "| 6x6 | 1 |" in md
 
     mlp = load_config(ROOT / "configs" / "jobshop_6x6.yaml")
     mlp.layers[0].dppo.num_workers, mlp.layers[0].dppo.train_batch_size = 1, 256
@@ -333,3 +334,26 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     Trainer(mlp, tmp_path / "mlp", quiet=True).train()
     with pytest.raises(SystemExit, match="trained on 6x6.*encoder 'set'"):
         bench.main(["--quick", "--no-cpsat", "--run", f"10x5={tmp_path / 'mlp'}"])
+
+
+def test_size_table_pools_the_families_of_a_size_and_checks_every_run():
+    """The issue's criterion by size: ft10 (1 instance) and la16 (another family) pooled; the
+    best single rule is the one with the lowest pooled mean; a run above it makes 'every run' no."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import jobshop as bench
+
+    def row(name, size, mwkr, spt, mor, runs):
+        return {"instance": name, "size": size, "MWKR": {"gap": mwkr}, "SPT": {"gap": spt}, "MOR": {"gap": mor},
+                "policy_greedy": {"gap": float(np.mean(runs))}, "policy_greedy_runs": [{"gap": g} for g in runs]}
+
+    families = [{"rows": [row("ft10", "10x10", 19.0, 15.0, 25.0, [16.0, 15.0])]},
+                {"rows": [row("la16", "10x10", 10.0, 16.0, 18.0, [11.0, 13.0])]},
+                {"rows": [row("ta01", "15x15", 19.0, 26.0, 20.0, [14.0, 20.0])]}]
+    lines = bench._size_table(families)
+    ten = next(line for line in lines if line.startswith("| 10x10 |"))
+    # pooled: MWKR 14.5, SPT 15.5, MOR 21.5; greedy runs 13.5 and 14.0, mean 13.75
+    assert "| 10x10 | 2 | 13.8 | 13.5 / 14.0 | 14.5 | 15.5 | 21.5 | 14.5 (MWKR) | yes | yes |" == ten
+    fifteen = next(line for line in lines if line.startswith("| 15x15 |"))
+    assert fifteen.endswith("| 19.0 (MWKR) | yes | **no** |")   # mean 17.0, but one run at 20.0
