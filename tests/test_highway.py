@@ -149,6 +149,10 @@ def test_scripted_driving_baselines_and_their_table():
         assert r["is_success"]["k"] + r["crash"]["k"] + r["timeout"]["k"] == 2
     md = H.render_markdown({"machine": {}, "command": "test", "trained": {}, "scripted": rows})
     assert "| roundabout-v1 | idle | 2 |" in md and "| roundabout-v1 | random | 2 |" in md
+    assert all(0.0 <= r["speed_mean"] <= 40.0 and 0.0 <= r["right_lane_share"] <= 1.0 for r in rows)
+    # IDLE keeps its target speed, 25 m/s at the start: it never averages more, and slows behind cars.
+    idle = H.scripted_run("highway-fast-v0", "idle", 2, seed=0)
+    assert 18.0 <= idle["speed_mean"] <= 25.5 and 0.0 <= idle["right_lane_share"] <= 1.0
     # The gap-keeping driver needs a straight road: highway-fast-v0 only.
     assert H.scripted_policies("roundabout-v1") == H.SCRIPTED and "gap" in H.scripted_policies("highway-fast-v0")
 
