@@ -219,7 +219,9 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     if p.encoder == "gru":
         return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": None}
     if p.encoder == "set":
-        return set_encoder_spec(spec, int(p.set_features), getattr(probe, "set_features", None))
+        # The env's declared item width describes its own observation: the bottom layer's, read as is.
+        raw = spec.bottom and spec.cfg.observation.source == "env"
+        return set_encoder_spec(spec, int(p.set_features), probe.set_features if raw else None)
     shape = p.image_shape
     if shape is None:
         space = probe.observation_space(known[0])
