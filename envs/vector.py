@@ -132,17 +132,20 @@ class VectorMultiAgentEnv:
     # ``render_copy(i) -> [H, W, 3] uint8``, a picture of copy i as it is now.
 
 
+def _declared(env: Any, key: str) -> Any:
+    """``env.metadata[key]`` (Gymnasium's wrappers pass their env's metadata through), or None."""
+    meta = getattr(env, "metadata", None)
+    return meta.get(key) if isinstance(meta, dict) else None
+
+
 def declared_episode_metrics(env: Any) -> tuple[str, ...]:
     """The info keys an env declares in ``metadata["episode_metrics"]`` (none if it declares none)."""
-    meta = getattr(env, "metadata", None)
-    keys = meta.get("episode_metrics", ()) if isinstance(meta, dict) else ()
-    return tuple(str(k) for k in keys)
+    return tuple(str(k) for k in _declared(env, "episode_metrics") or ())
 
 
 def declared_set_features(env: Any) -> int | None:
     """The per-item width an env declares in ``metadata["set_features"]`` (None if it declares none)."""
-    meta = getattr(getattr(env, "unwrapped", env), "metadata", None)
-    value = meta.get("set_features") if isinstance(meta, dict) else None
+    value = _declared(env, "set_features")
     return int(value) if value is not None else None
 
 

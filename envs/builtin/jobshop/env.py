@@ -198,7 +198,8 @@ class JobShopEnv(gym.Env):
         machines[:, 2] = d.mach_left / n
         if d.gt_machine >= 0:
             machines[d.gt_machine, 3] = 1.0
-        glob = np.array([len(d.order) / (n * m), (d.lower_bound() - now) / (m * pmax)])
+        lb = d.lower_bound()
+        glob = np.array([len(d.order) / (n * m), (lb - now) / (m * pmax)])
         if self.job_order == "mwkr":
             # Slot i holds the i-th candidate by most work remaining (then the rest, by the same key):
             # jobs are exchangeable, and a fixed meaning per slot spares an MLP learning it n times.
@@ -208,7 +209,7 @@ class JobShopEnv(gym.Env):
         if items:  # each live job carries its next machine's row, not a one-hot
             jobs[live, JOB_FEATURES:ITEM_FEATURES] = machines[d.op_mach[live]]
             if self.observation == "items_lookahead":
-                jobs[:, ITEM_FEATURES:] = _lookahead(d, rem)
+                jobs[:, ITEM_FEATURES:] = _lookahead(d, rem, lb)
             tail = [glob]
         else:
             jobs[idx[live], JOB_FEATURES + d.op_mach[live]] = 1.0
@@ -234,9 +235,9 @@ class JobShopEnv(gym.Env):
                            f"{int(np.max(self.d.job_ready))}", dpi=60)
 
 
-def _lookahead(d: Dispatcher, rem: np.ndarray) -> np.ndarray:
+def _lookahead(d: Dispatcher, rem: np.ndarray, lb: int) -> np.ndarray:
     """Per job ``[n, LOOKAHEAD_FEATURES]``, what dispatching its next operation now would do (zeros
-    for finished jobs), in units of ``p_max``: the rise of the makespan lower bound (the step's
+    for finished jobs; ``rem`` the remaining work, ``lb`` the bound now), in units of ``p_max``: the rise of the makespan lower bound (the step's
     reward, negated), the job's slack to the bound after it, the other live jobs queued for the
     same machine (count / n, and their largest remaining work / (m p_max)), and at the job's
     following machine the wait once this operation ends and that machine's remaining load / (n
@@ -248,7 +249,6 @@ def _lookahead(d: Dispatcher, rem: np.ndarray) -> np.ndarray:
     out = np.zeros((n, LOOKAHEAD_FEATURES), np.float64)
     if not live.any():
         return out
-    lb = d.lower_bound()
     # Dispatching j starts it at est_j: its job's bound becomes est_j + rem_j and its machine's
     # est_j + load; both only grow, so the new bound is the max of these and the old one (exact).
     lb_after = np.maximum(lb, est + np.maximum(rem, d.mach_load[mach]))
