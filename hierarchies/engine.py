@@ -216,7 +216,8 @@ class Sampler:
                  scripted: Sequence[str] = ()):
         self.specs, self.venv = specs, venv
         # Layers that act by their teacher (``teacher.policy``) instead of their policy: an
-        # evaluation that asks how the other layers do with the scripted skill beneath them.
+        # evaluation that asks how the other layers do with the scripted skill beneath them, or
+        # training over it (``schedule.mode: scripted``).
         self.scripted = frozenset(scripted)
         with_teacher = {s.name for s in specs if s.teacher_fn is not None}
         for name in self.scripted - with_teacher:
@@ -227,7 +228,7 @@ class Sampler:
                      "in the config, or leave it out of the scripted layers."))
         if self.scripted & set(tracks or {}):  # their samples would pair the teacher's action with the policy's log-prob
             raise ConfigError(f"scripted layers {sorted(self.scripted & set(tracks or {}))} cannot also be trained; "
-                              "a scripted layer is for evaluation only.")
+                              "a scripted layer acts by its teacher and is not trained.")
         # Info keys recorded per ended episode (None: the env's own declaration), drained by
         # take_episode_infos() with each rollout.
         self.episode_keys = tuple(getattr(venv, "episode_metrics", ()) if episode_metrics is None else episode_metrics)

@@ -464,7 +464,9 @@ class StartAfter(_Strict):
 
 
 class ScheduleSpec(_Strict):
-    mode: Literal["train", "frozen"] = Field("train", description="'frozen' acts with fixed weights and never updates.")
+    mode: Literal["train", "frozen", "scripted"] = Field(
+        "train", description="'frozen' acts with fixed weights and never updates; 'scripted' acts by the layer's "
+        "teacher.policy (its weights unused) and never updates: the layers above learn over a scripted skill.")
     checkpoint: Optional[str] = Field(
         None, description="Load this layer's weights and normalizer from a run dir or checkpoint file at start.")
     start_after: Optional[StartAfter] = Field(None, description="Staged start; omitted: trains from the start.")
@@ -554,8 +556,17 @@ class LayerConfig(_Strict):
     normalization: NormalizationConfig = Field(default_factory=NormalizationConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
 
+    @property
+    def learns(self) -> bool:
+        """Whether the layer is trained (not ``frozen`` or ``scripted``), and so has a DPPO group."""
+        return self.schedule.mode == "train"
+
     @model_validator(mode="after")
     def _sizes(self) -> "LayerConfig":
+        if self.schedule.mode == "scripted" and self.teacher is None:
+            raise ValueError("schedule.mode 'scripted' acts by the layer's teacher, and the layer has none: add "
+                             "teacher: {policy: 'package.module:function'} (its coeff is unused), or use mode "
+                             "'train' or 'frozen'")
         sync = sync_mode_class(self.dppo.sync)
         if self.dppo.max_lag < sync.min_lag:
             raise ValueError(f"dppo.sync {self.dppo.sync} needs dppo.max_lag >= {sync.min_lag}: its samples are "
@@ -791,7 +802,7 @@ class Config(_Strict):
 
     def _agree(self, g: int, members: list[str]) -> None:
         """The trained layers of one group agree on every group-level dppo field."""
-        trained = [n for n in members if self.layer(n).schedule.mode != "frozen"]
+        trained = [n for n in members if self.layer(n).learns]
         for name in trained[1:]:
             a, b = self.layer(trained[0]).dppo, self.layer(name).dppo
             for key in GROUP_DPPO_FIELDS:
@@ -828,17 +839,21 @@ class Config(_Strict):
         """The dppo settings of the group of ``layers``. Its group-level fields (GROUP_DPPO_FIELDS)
         are the same in every layer of the group (validated); per-layer fields (train_batch_size,
         max_lag, aggregate, ...) are read from each layer's own ``dppo``."""
-        trained = [n for n in layers if self.layer(n).schedule.mode != "frozen"] or list(layers)
+        trained = [n for n in layers if self.layer(n).learns] or list(layers)
         return self.layer(trained[0]).dppo
 
     def layer_groups(self) -> list[list[str]]:
         """The DPPO groups: the configured ones, then every remaining trainable layer alone."""
         listed = [_members(g) for g in (self.groups or [])]
         placed = {n for g in listed for n in g}
-        frozen = {layer.name for layer in self.layers if layer.schedule.mode == "frozen"}
-        groups = [[n for n in g if n not in frozen] for g in listed]
-        groups += [[layer.name] for layer in self.layers if layer.name not in placed and layer.name not in frozen]
+        fixed = {layer.name for layer in self.layers if not layer.learns}
+        groups = [[n for n in g if n not in fixed] for g in listed]
+        groups += [[layer.name] for layer in self.layers if layer.name not in placed and layer.name not in fixed]
         return [g for g in groups if g]
+
+    def scripted_layers(self) -> list[str]:
+        """The layers that act by their teacher (``schedule.mode: scripted``), in training and evaluation."""
+        return [layer.name for layer in self.layers if layer.schedule.mode == "scripted"]
 
     def layer(self, name: str) -> "LayerConfig":
         return next(layer for layer in self.layers if layer.name == name)

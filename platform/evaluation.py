@@ -29,7 +29,8 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
                  specs: list[LayerSpec], scripted: Sequence[str] = ()) -> Sampler:
     """A deterministic sampler over ``venv`` (just reset to ``first``) with every layer's weights and
     frozen observation statistics from ``states`` (layer -> learner state, as in a checkpoint); the
-    layers in ``scripted`` act by their ``teacher.policy`` instead."""
+    layers in ``scripted``, and those the config scripts (``schedule.mode: scripted``), act by their
+    ``teacher.policy`` instead."""
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
@@ -38,7 +39,8 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
     return Sampler(specs, venv, policies, norms, deterministic=True, first=first,
-                   episode_metrics=cfg.env.episode_metrics, scripted=scripted)
+                   episode_metrics=cfg.env.episode_metrics,
+                   scripted=sorted(set(scripted) | set(cfg.scripted_layers())))
 
 
 def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None) -> list[float]:

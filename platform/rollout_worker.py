@@ -89,7 +89,7 @@ class RolloutWorker:
     def _start_sampler(self, venv: Any, first: Any) -> None:
         self.sampler = Sampler(self.specs, venv, self.policies, self.obs_norms, self._tracks,
                                bonus=self._bonus if self.bonuses else None, first=first,
-                               episode_metrics=self.cfg.env.episode_metrics)
+                               episode_metrics=self.cfg.env.episode_metrics, scripted=self.cfg.scripted_layers())
         self.sampler.version = self.versions  # rows are stamped with the version that acted
         self.sampler.source, self.sampler.copy_base = self.uid, self._copies_made
         self._copies_made += self.sampler.N

@@ -398,8 +398,9 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
     check_mode(mode)
     check_metric(metric)
     layer = check_layer(base, layer)
-    if base.layer(layer).schedule.mode == "frozen":
-        raise ConfigError(f"--layer {layer}: the layer is frozen and logs no training metrics; rank by a trained layer.")
+    if not base.layer(layer).learns:
+        raise ConfigError(f"--layer {layer}: the layer is {base.layer(layer).schedule.mode} and logs no training "
+                          "metrics; rank by a trained layer.")
     out = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(base)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"sweep dir {out} already exists; pass another --sweep-dir or delete it.")

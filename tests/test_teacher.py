@@ -361,3 +361,49 @@ def test_a_teacher_action_the_mask_forbids_is_left_out_of_the_term():
     assert float(logp[1].detach()) < -1e6 and 0.0 < float(loss) < 10.0
     assert torch.isclose(loss, -logp[0] / 2)           # the illegal row counts as zero in the mean
     assert all(torch.isfinite(p.grad).all() for p in policy.parameters() if p.grad is not None)
+
+
+@vectorized_teacher
+def relay_teacher(env, copies, members, command):
+    """Carries out the layer above's command: the action is the commanded class."""
+    return np.argmax(command, axis=1)
+
+
+def _over_scripted(mode: str, teacher: dict | None, steps: int = 4096) -> dict:
+    """A trained upper layer that sees the class and commands the bottom layer, which acts by
+    ``relay_teacher`` (``schedule.mode: scripted``) or otherwise as ``mode`` says; reward 1 per
+    right action."""
+    cfg = _batched_config({"policy": "test_teacher:relay_teacher"}, steps)
+    cfg["env"]["kwargs"] = {"reward": 1.0}
+    bottom = dict(cfg["layers"][0], observation={"source": "env", "command": True}, schedule={"mode": mode})
+    if teacher is None:
+        bottom.pop("teacher")
+    upper = dict(cfg["layers"][0], name="pick", action={"type": "discrete", "n": CLASSES},
+                 observation={"source": "env"})
+    upper.pop("teacher")
+    cfg["layers"] = [upper, bottom]
+    return cfg
+
+
+def test_upper_layers_train_over_a_scripted_layer(tmp_path):
+    """``schedule.mode: scripted``: the layer acts by its teacher in training and in evaluation,
+    has no DPPO group and never updates, and the layer above learns over it."""
+    cfg = validate(_over_scripted("scripted", {"policy": "test_teacher:relay_teacher"}))
+    assert cfg.layer_groups() == [["pick"]] and cfg.scripted_layers() == ["control"]
+    assert not cfg.layer("control").learns
+    Trainer(cfg, tmp_path / "run", quiet=True).train()
+    state = load_checkpoint(latest_checkpoint(tmp_path / "run"))
+    assert list(state["groups"]) == ["pick"] and "control" in state["fixed"]
+    states = learner_states(state)
+    right = np.mean([e.ret for e in evaluate_episodes(cfg, states, 16, seed=11, num_envs=4)])
+    assert right >= 0.9 * STEPS, right            # the upper layer learned to command the class
+    # The bottom layer's own weights do not relay: played by them, the same upper layer is near chance.
+    own = dict(cfg.model_dump(mode="json"))
+    own["layers"][1]["schedule"] = {"mode": "frozen"}
+    by_weights = np.mean([e.ret for e in evaluate_episodes(validate(own), states, 16, seed=11, num_envs=4)])
+    assert by_weights <= 0.5 * STEPS, by_weights
+
+
+def test_a_scripted_mode_needs_a_teacher():
+    with pytest.raises(ConfigError, match=r"schedule.mode 'scripted' acts by the layer's teacher, and the layer has none"):
+        validate(_over_scripted("scripted", None))
