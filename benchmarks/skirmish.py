@@ -203,6 +203,24 @@ def return_curve(run_dir: Path, layer: str) -> list[tuple[int, float]]:
 
 # ----------------------------------------------------------------------------- report
 
+def describe_layers(cfg) -> str:
+    """What a run trained, from its config: the layers top-down, each marked where it did not
+    learn (scripted: acted by its teacher; frozen: loaded weights), and its DPPO groups."""
+    names = [layer.name + ("" if layer.learns else f" ({layer.schedule.mode})") for layer in cfg.layers]
+    n = len(cfg.layer_groups())
+    return " -> ".join(names) + f", {n} DPPO group{'s' if n != 1 else ''}"
+
+
+def earlier_env_steps(cfg) -> int:
+    """Env steps of the runs the config's layers start from (``schedule.checkpoint``: a staged
+    recipe's earlier stages), each run counted once."""
+    from hdppo.platform.checkpoint import resolve_checkpoint
+
+    sources = {str(resolve_checkpoint(layer.schedule.checkpoint).resolve()) for layer in cfg.layers
+               if layer.schedule.checkpoint is not None}
+    return sum(checkpoint_steps(Path(c)) for c in sources)
+
+
 def pct(rate: float, ci: list[float] | None = None) -> str:
     return f"{100 * rate:.1f}%" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
 
@@ -227,9 +245,10 @@ def render_markdown(report: dict) -> str:
                 lines.append(f"| {name} | {CONFIGS[name][1]} | | | failed: {t['error']} | | | | | | | |")
                 continue
             thr = t.get("throughput", {}).get("agent_steps_per_s")
+            steps = f"{t.get('env_steps', 0):,}" + (f" + {t['earlier_env_steps']:,} earlier" if t.get("earlier_env_steps") else "")
             for ev in t.get("evaluations", []):
                 met = ("met" if ev["win_rate"] >= TARGET_WIN_RATE else "missed") if ev["scenario"] == TRAIN_SCENARIO else "(transfer)"
-                lines.append(f"| {name} | {CONFIGS[name][1]} | {t.get('env_steps', 0):,} | {ev['scenario']} | "
+                lines.append(f"| {name} | {t.get('layers', CONFIGS[name][1])} | {steps} | {ev['scenario']} | "
                              f"{pct(ev['win_rate'], ev['win_ci95'])} | {pct(ev['draw_rate'])} | {pct(ev['loss_rate'])} | "
                              f"{ev['kills']:.2f} | {ev['losses']:.2f} | {ev['mean_steps']:.0f} | "
                              f"{f'{thr:,.0f}' if thr else '-'} | {met} |")
@@ -261,7 +280,10 @@ def render_markdown(report: dict) -> str:
                   if "error" not in raw else f"Raw limit not measured: {raw['error']}", ""]
         for name, t in trained.items():
             thr = t.get("throughput", {})
-            if "agent_steps_per_s" in thr and "agent_steps_per_s" in raw:
+            if "agent_steps_per_s" in thr and not thr["agent_steps_per_s"]:
+                lines.append(f"- {name}: {thr['env_steps_per_s']:,.0f} env steps/s in training; no agent steps/s "
+                             "(its bottom layer is not trained, so no unit's samples are logged)")
+            elif "agent_steps_per_s" in thr and "agent_steps_per_s" in raw:
                 lines.append(f"- {name}: {thr['agent_steps_per_s']:,.0f} agent steps/s in training "
                              f"({thr['env_steps_per_s']:,.0f} env steps/s, {thr['agents_per_env_step']:.1f} live "
                              f"units per env step), {thr['agent_steps_per_s'] / raw['agent_steps_per_s']:.1%} of the raw limit")
@@ -377,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             if last is None:
                 raise RuntimeError(f"{run_dir}: no checkpoint")
             entry["env_steps"] = checkpoint_steps(last)
+            entry["layers"] = describe_layers(cfg)
+            entry["earlier_env_steps"] = earlier_env_steps(cfg)
             entry["throughput"] = training_throughput(run_dir, cfg)
             entry["return_curve"] = return_curve(run_dir, cfg.layers[-1].name)
             entry["evaluations"] = [evaluate_checkpoint(cfg, last, games, TRAIN_SCENARIO)]

@@ -213,6 +213,19 @@ def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):
     assert "| 3v3 | focus_kite | random |" in md and "| 3v3 | squad_focus | focus_kite |" in md
 
 
+def test_skirmish_benchmark_says_which_layers_learned():
+    """A staged run's row names its scripted and frozen layers and counts only trained groups."""
+    import skirmish
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "skirmish_hierarchy.yaml")
+    assert skirmish.describe_layers(cfg) == "strategy -> squad -> control, 3 DPPO groups"
+    assert skirmish.earlier_env_steps(cfg) == 0
+    staged = load_config(ROOT / "configs" / "skirmish_hierarchy.yaml", ["layers.2.schedule.mode=scripted",
+                                                                       "layers.0.schedule.mode=frozen"])
+    assert skirmish.describe_layers(staged) == "strategy (frozen) -> squad -> control (scripted), 1 DPPO group"
+
+
 def test_where_time_goes_charges_unowned_time_to_its_callers():
     import where_time_goes as W
 
