@@ -23,6 +23,9 @@ def _normalizer(cfg: Config, layer: str, obs_dim: int, state: dict[str, Any]) ->
 
 # The default evaluation seed: away from the training seeds (train.seed + worker offsets).
 EVAL_SEED_OFFSET = 999_983
+# train.eval_every's seed: other games than the default evaluation's, so that the checkpoint picked
+# as best (checkpoints/best.pt) is then scored by `hdppo eval` on games it was not picked on.
+SELECTION_SEED_OFFSET = 424_247
 
 
 def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMultiAgentEnv, first: VecObs,

@@ -27,7 +27,7 @@ from .checkpoint import (best_info, latest_checkpoint, learner_states, load_chec
 from .config import Config, dump_config, load_config, validate
 from .elastic import take_scale_request
 from .errors import CheckpointError, ConfigError
-from .evaluation import evaluate, evaluate_with_metrics
+from .evaluation import SELECTION_SEED_OFFSET, evaluate, evaluate_with_metrics
 from .group import DPPOGroup
 from .interrupts import Interrupted, SignalHandlers, StopRequest, signal_name
 from .learner import Learner
@@ -224,12 +224,13 @@ class Trainer:
             self._snapshot = {g.name: g.state_calls() for g in self.groups}
 
     def periodic_eval(self, update: int, step: int) -> float:
-        """``train.eval_every``: deterministic episodes on the same env seeds each time with the
-        current weights, logged as ``eval/*`` on every layer; the best so far (by
+        """``train.eval_every``: deterministic episodes on the same env seeds each time (not the
+        default evaluation's: SELECTION_SEED_OFFSET) with the current weights, logged as ``eval/*`` on every layer; the best so far (by
         ``train.best_by``) is kept as ``checkpoints/best.pt``. Returns this evaluation's score."""
         t = self.cfg.train
         state = self.state()
-        returns, episode = evaluate_with_metrics(self.cfg, learner_states(state), t.eval_episodes)
+        returns, episode = evaluate_with_metrics(self.cfg, learner_states(state), t.eval_episodes,
+                                                 seed=t.seed + SELECTION_SEED_OFFSET)
         score = float(np.mean(returns)) if t.best_by == "return" else episode.get(t.best_by)
         if score is None:
             raise ConfigError(f"train.best_by: no evaluation episode reported {t.best_by!r} in its last infos "

@@ -11,6 +11,7 @@ from hdppo.platform.checkpoint import best_info, learner_states, load_checkpoint
 from hdppo.platform.cli import main
 from hdppo.platform.config import validate
 from hdppo.platform.errors import CheckpointError, ConfigError
+from hdppo.platform.evaluation import EVAL_SEED_OFFSET, SELECTION_SEED_OFFSET
 from hdppo.platform.trainer import Trainer
 
 
@@ -50,8 +51,10 @@ def test_cartpole_keeps_the_best_evaluated_weights_and_eval_reads_them(tmp_path,
     assert [v for _, v in rows["eval/best"]] == pytest.approx(running)
     state = learner_states(load_checkpoint(run / "checkpoints" / "best.pt"))["control"]
     assert state["env_steps"] == best_step
-    # `hdppo eval --checkpoint best` evaluates those weights on the same seeds: the same return.
-    seed = cfg.train.seed + 999_983
+    # `hdppo eval --checkpoint best` evaluates those weights on the selection's seeds: the same
+    # return. By default it plays other games than those the checkpoint was picked on.
+    assert SELECTION_SEED_OFFSET != EVAL_SEED_OFFSET
+    seed = cfg.train.seed + SELECTION_SEED_OFFSET
     assert main(["eval", str(run), "--checkpoint", "best", "--episodes", "2", "--seed", str(seed), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["checkpoint"] == "best.pt" and out["return_mean"] == pytest.approx(best)
