@@ -314,6 +314,41 @@ def test_state_by_squads_lines_8v8_and_10v10_up():
         make_vector(2, scenario="8v8_mixed", state_layout="x")
 
 
+def test_state_summary_appends_each_squads_strength_and_the_distances_between_squads():
+    """state_summary=True: after the 273 values, per squad (red's then blue's, 4 slots each) live
+    fraction, hp fraction, ready fraction and spread, then centroid distances own -> enemy and own ->
+    own over the map's diagonal (1 where a squad is empty); the same size in every scenario."""
+    from hdppo.envs.builtin.skirmish.core import STATE_SUMMARY_DIM
+
+    for scenario in SCENARIO_NAMES:
+        env = parallel_env(scenario=scenario, state_summary=True)
+        env.reset(seed=5)
+        assert env.state().shape == (273 + STATE_SUMMARY_DIM,) and env.state_space.contains(env.state())
+    b = parallel_env(scenario="8v8_mixed", state_summary=True).battle
+    b.reset()
+    b.hp[0, 0] = 0.5 * b.hp_max[0]                          # red_0 (squad 0) at half hp
+    b.alive[0, 5], b.hp[0, 5] = False, 0.0                  # red_5 (squad 1) dead
+    b.cd[0, 1] = 3                                          # red_1 (squad 0) reloading
+    extra = b.state()[0, 273:]
+    per = extra[:32].reshape(2, 4, 4)
+    pairs = extra[32:].reshape(2, 4, 4)
+    diag = np.hypot(b.width, b.height)
+    for sq, members in ((0, [0, 1, 2, 3]), (1, [4, 5, 6, 7])):
+        live = [u for u in members if b.alive[0, u]]
+        cx, cy = b.x[0, live].mean(), b.y[0, live].mean()
+        assert per[0, sq, 0] == pytest.approx(len(live) / 4)
+        assert per[0, sq, 1] == pytest.approx(b.hp[0, members].sum() / b.hp_max[members].sum())
+        assert per[0, sq, 2] == pytest.approx(np.mean([b.cd[0, u] <= 0 for u in live]))
+        assert per[0, sq, 3] == pytest.approx(np.mean(np.hypot(b.x[0, live] - cx, b.y[0, live] - cy)) / diag, rel=1e-5)
+        for enemy, foes in ((0, [8, 9, 10, 11]), (1, [12, 13, 14, 15])):
+            ex, ey = b.x[0, foes].mean(), b.y[0, foes].mean()
+            assert pairs[0, sq, enemy] == pytest.approx(np.hypot(cx - ex, cy - ey) / diag, rel=1e-5)
+    assert (per[:, 2:] == 0).all() and (pairs[:, 2:] == 1).all() and (pairs[:, :, 2:] == 1).all()  # padding
+    assert pairs[1, 0, 0] == 0 and pairs[1, 0, 1] == pytest.approx(pairs[1, 1, 0])
+    b.alive[0, 4:8] = False                                 # squad 1 wiped out: its distances read 1
+    assert (b.state()[0, 273 + 32:].reshape(2, 4, 4)[:, 1, :2] == 1).all()
+
+
 def test_render_is_an_rgb_frame():
     for scenario in SCENARIO_NAMES:
         env = parallel_env(scenario=scenario, render_mode="rgb_array")

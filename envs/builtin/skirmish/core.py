@@ -34,6 +34,12 @@ OWN_FEATURES = 3 + 1 + 1 + 2 + MAX_SQUADS + 1                      # type, hp, c
 SLOT_FEATURES = 9                                                  # present, dx, dy, hp, type(3), distance, flag
 OBSTACLE_FEATURES = 4                                              # present, dx, dy, radius
 UNIT_STATE_FEATURES = 1 + 1 + 1 + 2 + 3 + MAX_SQUADS               # alive, hp, cooldown, x, y, type, squad
+# state_summary=True appends, per squad of either team (MAX_SQUADS each, zero-padded): live fraction,
+# hp fraction, ready fraction (live units whose cooldown is over), spread (mean distance from the
+# centroid); then the distances between centroids, own squad to enemy squad and own to own
+# (MAX_SQUADS x MAX_SQUADS each; 1 where either squad is empty). Distances over the map's diagonal.
+SQUAD_SUMMARY_FEATURES = 4
+STATE_SUMMARY_DIM = 2 * MAX_SQUADS * SQUAD_SUMMARY_FEATURES + 2 * MAX_SQUADS * MAX_SQUADS
 FAR = 1.0e6                                                        # where padding obstacles sit
 
 
@@ -122,7 +128,7 @@ class Battle:
 
     def __init__(self, scenario: Scenario, num_copies: int = 1, k_enemies: int = 5, k_allies: int = 4,
                  k_obstacles: int = 2, max_steps: int | None = None, rewards: RewardWeights = RewardWeights(),
-                 rng: np.random.Generator | None = None, state_layout: str = "units"):
+                 rng: np.random.Generator | None = None, state_layout: str = "units", state_summary: bool = False):
         if min(k_enemies, k_allies, k_obstacles) < 1:
             raise ValueError("skirmish: k_enemies, k_allies and k_obstacles must be >= 1")
         sc = self.scenario = scenario
@@ -142,6 +148,12 @@ class Battle:
         self.obs_dim = OWN_FEATURES + SLOT_FEATURES * (k_enemies + k_allies) + OBSTACLE_FEATURES * k_obstacles
         self.state_units = max(10, n)  # per team, zero-padded: one state size for every built-in scenario
         self.state_dim = 2 * self.state_units * UNIT_STATE_FEATURES + MAX_OBSTACLES * 4 + 1
+        self.state_summary = bool(state_summary)
+        if self.state_summary:
+            if self.S > MAX_SQUADS:
+                raise ValueError(f"skirmish: state_summary covers at most {MAX_SQUADS} squads per team; "
+                                 f"scenario {sc.name!r} has {self.S}")
+            self.state_dim += STATE_SUMMARY_DIM
         self.state_layout = state_layout
         self._state_slot = state_slots(sc, state_layout, self.state_units)
 
@@ -431,8 +443,33 @@ class Battle:
         obst[:, :k, 1] = self.ox[:, :k] * (1.0 / self.width)
         obst[:, :k, 2] = self.oy[:, :k] * (1.0 / self.height)
         obst[:, :k, 3] = self.orad[:, :k] * (1.0 / self.width)
-        return np.concatenate([units.reshape(N, -1), obst.reshape(N, -1), (self.t * (1.0 / self.max_steps))[:, None]],
-                              1).astype(np.float32, copy=False)
+        parts = [units.reshape(N, -1), obst.reshape(N, -1), (self.t * (1.0 / self.max_steps))[:, None]]
+        if self.state_summary:
+            parts.append(self.squad_relations())
+        return np.concatenate(parts, 1).astype(np.float32, copy=False)
+
+    def squad_relations(self) -> np.ndarray:
+        """``[N, STATE_SUMMARY_DIM]`` in [0, 1]: what ``state_summary`` appends to :meth:`state`
+        (see ``STATE_SUMMARY_DIM``): each squad's strength and shape, and how far the squads are
+        from each other, which a network reading unit coordinates would otherwise have to work out."""
+        N, S = self.N, self.S
+        diag = float(np.hypot(self.width, self.height))
+        cx, cy, count = self.squad_centroids()                                  # [N, 2S]
+        alive = self.alive.astype(np.float64)
+        size = self.squad_members.sum(0)
+        hp = self.hp @ self.squad_members / (self.hp_max @ self.squad_members)
+        ready = (alive * (self.cd <= 0)) @ self.squad_members / np.maximum(count, 1.0)
+        gx, gy = cx[:, self.gsquad], cy[:, self.gsquad]                         # each unit's squad centroid
+        spread = (alive * np.hypot(self.x - gx, self.y - gy)) @ self.squad_members / np.maximum(count, 1.0) / diag
+        per = np.zeros((N, 2, MAX_SQUADS, SQUAD_SUMMARY_FEATURES))
+        per[:, :, :S] = np.stack([count / size, hp, ready, spread], -1).reshape(N, 2, S, SQUAD_SUMMARY_FEATURES)
+        there = count > 0
+        d = np.hypot(cx[:, :, None] - cx[:, None, :], cy[:, :, None] - cy[:, None, :]) / diag   # [N, 2S, 2S]
+        d = np.where(there[:, :, None] & there[:, None, :], np.minimum(d, 1.0), 1.0)
+        pairs = np.ones((N, 2, MAX_SQUADS, MAX_SQUADS))
+        pairs[:, 0, :S, :S] = d[:, :S, S:]                                        # own squad -> enemy squad
+        pairs[:, 1, :S, :S] = d[:, :S, :S]                                        # own squad -> own squad
+        return np.concatenate([per.reshape(N, -1), pairs.reshape(N, -1)], 1)
 
     def squad_centroids(self, alive: np.ndarray | None = None, x: np.ndarray | None = None,
                         y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -19,10 +19,10 @@ from .scenarios import Scenario, get_scenario
 
 def make_battle(num_copies: int, scenario: str | Scenario, max_steps: int | None, k_enemies: int, k_allies: int,
                 k_obstacles: int, reward_damage: float, reward_kill: float, reward_win: float, reward_taken: float,
-                rng: np.random.Generator, state_layout: str = "units") -> Battle:
+                rng: np.random.Generator, state_layout: str = "units", state_summary: bool = False) -> Battle:
     weights = RewardWeights(reward_damage, reward_kill, reward_win, reward_taken)
     return Battle(get_scenario(scenario), num_copies, k_enemies, k_allies, k_obstacles, max_steps, weights, rng,
-                  state_layout)
+                  state_layout, state_summary)
 
 
 def observation_space(battle: Battle) -> spaces.Dict:
@@ -40,13 +40,14 @@ class SkirmishEnv(ParallelEnv):
     def __init__(self, scenario: str | Scenario = "8v8_mixed", opponent: str = "focus_kite",
                  max_steps: int | None = None, k_enemies: int = 5, k_allies: int = 4, k_obstacles: int = 2,
                  reward_damage: float = 1.0, reward_kill: float = 0.5, reward_win: float = 1.0,
-                 reward_taken: float = 0.5, render_mode: str | None = None, state_layout: str = "units"):
+                 reward_taken: float = 0.5, render_mode: str | None = None, state_layout: str = "units",
+                 state_summary: bool = False):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"skirmish renders only render_mode='rgb_array', not {render_mode!r}")
         self.render_mode = render_mode
         self._rng = np.random.default_rng()
         self.battle = make_battle(1, scenario, max_steps, k_enemies, k_allies, k_obstacles, reward_damage,
-                                  reward_kill, reward_win, reward_taken, self._rng, state_layout)
+                                  reward_kill, reward_win, reward_taken, self._rng, state_layout, state_summary)
         self.opponent_name = opponent
         self._opponent = get_policy(opponent)
         n = self.battle.n

@@ -30,11 +30,11 @@ class SkirmishVector(VectorMultiAgentEnv):
     def __init__(self, num_envs: int, seed: int | None = None, scenario: str | Scenario = "8v8_mixed",
                  opponent: str = "focus_kite", max_steps: int | None = None, k_enemies: int = 5, k_allies: int = 4,
                  k_obstacles: int = 2, reward_damage: float = 1.0, reward_kill: float = 0.5, reward_win: float = 1.0,
-                 reward_taken: float = 0.5, state_layout: str = "units"):
+                 reward_taken: float = 0.5, state_layout: str = "units", state_summary: bool = False):
         self.num_envs = num_envs
         self._rng = np.random.default_rng(seed)
         self.battle = b = make_battle(num_envs, scenario, max_steps, k_enemies, k_allies, k_obstacles, reward_damage,
-                                      reward_kill, reward_win, reward_taken, self._rng, state_layout)
+                                      reward_kill, reward_win, reward_taken, self._rng, state_layout, state_summary)
         self._opponent = get_policy(opponent)
         self.name = "skirmish"
         self.episode_metrics = tuple(SkirmishEnv.metadata["episode_metrics"])
