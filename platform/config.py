@@ -609,11 +609,11 @@ class TrainConfig(_Strict):
                              "the env must render rgb_array); 0 turns it off.")
     video_max_steps: int = Field(200, ge=1, description="Env steps at most in each train.video_every clip.")
     eval_every: int = Field(0, ge=0, description="Every N updates, run train.eval_episodes deterministic episodes "
-                            "(the same env seeds each time, away from the training seeds and from those hdppo eval plays by default) "
-                            "and keep the weights "
-                            "that scored best as checkpoints/best.pt, their score in checkpoints/best.json "
-                            "(hdppo eval/export --checkpoint best); logged as eval/*. 0 turns it off. Picking the "
-                            "best of many noisy checkpoints flatters their score: report it on other episodes.")
+                            "(the same env seeds each time, away from the training seeds and from those hdppo eval "
+                            "plays by default) and keep the weights that scored best as checkpoints/best.pt, their "
+                            "score in checkpoints/best.json (hdppo eval/export --checkpoint best); logged as eval/*. "
+                            "0 turns it off. Picking the best of many noisy checkpoints flatters their score: report "
+                            "it on other episodes.")
     best_by: str = Field("return", min_length=1, description="What train.eval_every ranks by: 'return' (the env "
                          "return summed over agents) or an episode metric the env reports (env.episode_metrics, "
                          "e.g. win or makespan_over_lb).")
