@@ -377,36 +377,37 @@ class Sampler:
             every = bool(due.all())  # the common case: no boolean gathers and scatters, reshapes
             if not every and not due.any():
                 continue
-            x, critic = self._inputs(p, now.obs, now.state, due)
-            raw = x.reshape(-1, x.shape[-1]) if every else x[due]
-            norm = self.obs_norms[p.name]
-            buf = self.buffers.get(p.name)
-            if buf is not None:
-                norm.observe(raw)
-            obs = norm(raw)
-            if not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
-                obs = obs.copy()
-            masks = None
-            if p.bottom and p.spec.mask_dim:
-                masks = (now.masks[:, p.lane_slots][due] if now.masks is not None  # type: ignore[index]
-                         else np.ones((len(obs), p.spec.mask_dim), np.float32))
-            crit = (critic.reshape(-1, critic.shape[-1]) if every else critic[due]) if critic is not None else None
             policy = self.policies[p.name]
-            hid = self.hidden.get(p.name)
-            if hid is None:
-                actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
-                                              torch.from_numpy(masks) if masks is not None else None,
-                                              torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
-                                              with_value=False)
+            buf = self.buffers.get(p.name)   # None for a scripted layer: never recorded
+            if p.name in self.scripted:  # acts by its teacher: no inputs, no forward pass
+                actions, hid = self._teacher(p, due, policy.head.dim), None
             else:
-                h_in = hid.reshape(-1, hid.shape[-1]).copy() if every else hid[due]
-                first = self.fresh[p.name].reshape(-1).copy() if every else self.fresh[p.name][due]
-                actions, logp, _, h_next = policy.act(
-                    torch.from_numpy(obs), torch.from_numpy(h_in), self.deterministic,
-                    torch.from_numpy(masks) if masks is not None else None,
-                    torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None, with_value=False)
-            if p.name in self.scripted:
-                actions = self._teacher(p, due, actions.shape[-1])
+                x, critic = self._inputs(p, now.obs, now.state, due)
+                raw = x.reshape(-1, x.shape[-1]) if every else x[due]
+                norm = self.obs_norms[p.name]
+                if buf is not None:
+                    norm.observe(raw)
+                obs = norm(raw)
+                if not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
+                    obs = obs.copy()
+                masks = None
+                if p.bottom and p.spec.mask_dim:
+                    masks = (now.masks[:, p.lane_slots][due] if now.masks is not None  # type: ignore[index]
+                             else np.ones((len(obs), p.spec.mask_dim), np.float32))
+                crit = (critic.reshape(-1, critic.shape[-1]) if every else critic[due]) if critic is not None else None
+                hid = self.hidden.get(p.name)
+                if hid is None:
+                    actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
+                                                  torch.from_numpy(masks) if masks is not None else None,
+                                                  torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
+                                                  with_value=False)
+                else:
+                    h_in = hid.reshape(-1, hid.shape[-1]).copy() if every else hid[due]
+                    first = self.fresh[p.name].reshape(-1).copy() if every else self.fresh[p.name][due]
+                    actions, logp, _, h_next = policy.act(
+                        torch.from_numpy(obs), torch.from_numpy(h_in), self.deterministic,
+                        torch.from_numpy(masks) if masks is not None else None,
+                        torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None, with_value=False)
             # Where the due lanes' values go: whole rows when every lane is due (a flat run,
             # every step), else the lanes' positions.
             if every:
