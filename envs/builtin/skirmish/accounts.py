@@ -57,10 +57,8 @@ def squad_summary(battle: Battle) -> np.ndarray:
     centroid x / width, centroid y / height (0, 0 when nobody is alive)."""
     b = battle
     cx, cy, count = b.squad_centroids()
-    size = b.squad_members.sum(0)
-    hp = b.hp @ b.squad_members
-    full = b.hp_max @ b.squad_members
-    return np.stack([count / size, hp / full, cx / b.width, cy / b.height], -1).astype(np.float32)
+    live, hp = b.squad_strength(count)
+    return np.stack([live, hp, cx / b.width, cy / b.height], -1).astype(np.float32)
 
 
 def team_summary(battle: Battle) -> np.ndarray:

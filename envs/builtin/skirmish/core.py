@@ -456,13 +456,12 @@ class Battle:
         diag = float(np.hypot(self.width, self.height))
         cx, cy, count = self.squad_centroids()                                  # [N, 2S]
         alive = self.alive.astype(np.float64)
-        size = self.squad_members.sum(0)
-        hp = self.hp @ self.squad_members / (self.hp_max @ self.squad_members)
+        live, hp = self.squad_strength(count)
         ready = (alive * (self.cd <= 0)) @ self.squad_members / np.maximum(count, 1.0)
         gx, gy = cx[:, self.gsquad], cy[:, self.gsquad]                         # each unit's squad centroid
         spread = (alive * np.hypot(self.x - gx, self.y - gy)) @ self.squad_members / np.maximum(count, 1.0) / diag
         per = np.zeros((N, 2, MAX_SQUADS, SQUAD_SUMMARY_FEATURES))
-        per[:, :, :S] = np.stack([count / size, hp, ready, spread], -1).reshape(N, 2, S, SQUAD_SUMMARY_FEATURES)
+        per[:, :, :S] = np.stack([live, hp, ready, spread], -1).reshape(N, 2, S, SQUAD_SUMMARY_FEATURES)
         there = count > 0
         d = np.hypot(cx[:, :, None] - cx[:, None, :], cy[:, :, None] - cy[:, None, :]) / diag   # [N, 2S, 2S]
         d = np.where(there[:, :, None] & there[:, None, :], np.minimum(d, 1.0), 1.0)
@@ -470,6 +469,13 @@ class Battle:
         pairs[:, 0, :S, :S] = d[:, :S, S:]                                        # own squad -> enemy squad
         pairs[:, 1, :S, :S] = d[:, :S, :S]                                        # own squad -> own squad
         return np.concatenate([per.reshape(N, -1), pairs.reshape(N, -1)], 1)
+
+    def squad_strength(self, count: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(``[N, 2S]`` live fraction, hp fraction of full hp) of each squad, team 0's first;
+        ``count``: the squads' live counts, if already at hand (:meth:`squad_centroids`)."""
+        if count is None:
+            count = self.alive.astype(np.float64) @ self.squad_members
+        return count / self.squad_members.sum(0), self.hp @ self.squad_members / (self.hp_max @ self.squad_members)
 
     def squad_centroids(self, alive: np.ndarray | None = None, x: np.ndarray | None = None,
                         y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
