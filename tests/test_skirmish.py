@@ -227,7 +227,7 @@ def test_follow_order_script_carries_out_orders_legally():
     unit that can hit someone of that squad hits someone of that squad; order_teacher returns the
     same actions for the lanes it is asked about, reading the one-hot order as the reward does."""
     from hdppo.envs.builtin.skirmish.opponents import follow_order_policy, order_teacher
-    from hdppo.envs.builtin.skirmish.rewards import ORDER_EXTRA
+    from hdppo.envs.builtin.skirmish.rewards import ORDER_EXTRA, SPLIT_ORDER_EXTRA
     from hdppo.envs.builtin.skirmish.core import DIRECTIONS
 
     rng = np.random.default_rng(4)
@@ -262,10 +262,20 @@ def test_follow_order_script_carries_out_orders_legally():
         assert command.shape[1] == S + ORDER_EXTRA
         got = order_teacher(vec, copies, [[u] for u in units], command)
         assert np.array_equal(got, act[copies, units])
+        # A posture per arm (MultiDiscrete([S, 3, 3, 2])): melee units take the first, the others the second.
+        other = rng.integers(3, size=(b.N, n))
+        split = np.concatenate([command[:, :S], np.eye(3)[posture[copies, units]], np.eye(3)[other[copies, units]],
+                                command[:, S + 3:]], 1).astype(np.float32)
+        assert split.shape[1] == S + SPLIT_ORDER_EXTRA
+        per_unit = np.where(b.utype[:n][None] == 0, posture, other)
+        got = order_teacher(vec, copies, [[u] for u in units], split)
+        assert np.array_equal(got, follow_order_policy(b, 0, target, per_unit, formation)[copies, units])
         vec.step(act)
     assert hit_any > 20 and hit_target == hit_any
     with pytest.raises(ValueError, match="order_teacher: the layer's command has no values"):
         order_teacher(vec, np.array([0]), [[0]], None)
+    with pytest.raises(ValueError, match=r"order_teacher: the order has 8 values; with 2 enemy squads"):
+        order_teacher(vec, np.array([0]), [[0]], np.zeros((1, 8), np.float32))
 
 
 def test_state_is_fixed_order_padded_and_inside_its_space():
@@ -427,6 +437,14 @@ def test_rewards_for_a_hierarchy_are_registered_and_follow_orders():
     back = dict(toward, approach=np.array([-0.9, -0.2]), retreat=0.9)
     r = follow(command=np.stack([advance_on_0, advance_on_0, retreat, retreat]), info=[toward, back, toward, back])
     assert r.shape == (4,) and r[0] > 0 > r[1] and r[3] > 0 > r[2]
+    # A posture per arm, [target (2) | melee: advance | others: retreat | tight]: the same approach
+    # pays a melee unit and costs a ranged one, as the one-posture orders do.
+    split = np.array([1, 0, 1, 0, 0, 0, 0, 1, 1, 0], np.float32)
+    typed = [dict(toward, n_squads=2, unit_type=0), dict(toward, n_squads=2, unit_type=1)]
+    r_split = follow(command=np.stack([split, split]), info=typed)
+    np.testing.assert_allclose(r_split, [r[0], r[2]], rtol=1e-6)
+    with pytest.raises(ValueError, match="the order has 9 values; with 2 enemy squads"):
+        follow(command=np.zeros((1, 9), np.float32), info=[typed[0]])
     hit = dict(toward, dealt_to=np.array([12.0, 0.0]), approach=np.zeros(2), moved=0.0)
     assert follow(command=advance_on_0, info=hit) > follow(command=advance_on_0, info=dict(hit, dealt_to=np.array([0.0, 12.0])))
     # Strategy command for 2 squads x (engage 0, engage 1, hold): squad 1 told to engage enemy squad 1.
@@ -465,6 +483,10 @@ def test_order_reward_from_the_envs_info_columns_equals_the_one_from_its_dicts()
         orders[np.arange(len(rows)), S + 3 + rng.integers(0, 2, len(rows))] = 1
         columns = InfoRows(lambda: rows, len(rows), res.info_columns, res.info_present, copies, slots)
         np.testing.assert_allclose(follow(command=orders, info=columns), follow(command=orders, info=rows), rtol=1e-6)
+        # With a posture per arm too (each unit's type read from the columns and from the dicts).
+        split = np.concatenate([orders[:, :S + 3], np.eye(3, dtype=np.float32)[rng.integers(0, 3, len(rows))],
+                                orders[:, S + 3:]], 1)
+        np.testing.assert_allclose(follow(command=split, info=columns), follow(command=split, info=rows), rtol=1e-6)
         assert columns._built is None  # the dicts were never needed
         checked += len(rows)
         missing += int((~res.info_present).sum())

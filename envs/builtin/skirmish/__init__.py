@@ -14,7 +14,7 @@ or a loss), or at ``max_steps`` (a draw: the agents are truncated).
 | action (each) | Discrete(A), A = 9 + Ke + Ka: 0 no-op; 1-8 move E, NE, N, NW, W, SW, S, SE; 9 + k attack enemy slot k; 9 + Ke + k heal ally slot k (healers) |
 | state() | Box(0, 1, (S_d,), float32): both armies unit by unit in a fixed order (red then blue, each zero-padded to 10 units), obstacles, time; S_d = 20 * 12 + 8 * 4 + 1 = 273 for every built-in scenario. The order is the scenario's unit order (``state_layout="units"``), or with ``state_layout="squads"`` five slots per squad by type (melee, melee, ranged, ranged, healer), so that 8v8 and 10v10 mixed line up slot for slot. With ``state_summary=True`` 64 values follow (S_d = 337): per squad of either team (4 slots each) live fraction, hp fraction, ready fraction (cooldown over) and spread, then the centroid distances own squad to enemy squad and own to own (4 x 4 each, over the map's diagonal, 1 where a squad is empty) |
 | reward (each) | the team reward, the same for every agent alive at the step (below) |
-| info (each) | per step: ``squad``, ``n_squads``, ``dealt``, ``dealt_to [S]``, ``killed``, ``taken``, ``healed``, ``approach [S]``, ``retreat``, ``cohesion``, ``spacing``, ``depth``, ``moved`` (:func:`.accounts.unit_infos`); on the last step also ``win`` (1/0), ``draw`` (1/0), ``outcome`` (+1 win, 0 draw, -1 loss), ``kills``, ``losses``, ``episode_steps`` |
+| info (each) | per step: ``squad``, ``n_squads``, ``unit_type``, ``dealt``, ``dealt_to [S]``, ``killed``, ``taken``, ``healed``, ``approach [S]``, ``retreat``, ``cohesion``, ``spacing``, ``depth``, ``moved`` (:func:`.accounts.unit_infos`); on the last step also ``win`` (1/0), ``draw`` (1/0), ``outcome`` (+1 win, 0 draw, -1 loss), ``kills``, ``losses``, ``episode_steps`` |
 | episode | terminates when an army is gone; truncated at ``max_steps`` |
 | arguments | ``scenario="8v8_mixed"`` (or ``"3v3"``, ``"10v10_mixed"``, or a :class:`Scenario`), ``opponent="focus_kite"`` (``"random"``, ``"nearest"``), ``max_steps=None`` (the scenario's), ``k_enemies=5`` (Ke), ``k_allies=4`` (Ka), ``k_obstacles=2``, ``reward_damage=1.0``, ``reward_kill=0.5``, ``reward_win=1.0``, ``reward_taken=0.5``, ``render_mode=None`` (or ``"rgb_array"``), ``state_layout="units"`` (or ``"squads"``), ``state_summary=False`` |
 | render | ``rgb_array``: ``[16 * height, 16 * width, 3]`` uint8 (:mod:`.render`) |
@@ -74,8 +74,9 @@ upper layers (:mod:`.opponents`).
 
 **For a hierarchy** (control / squad / strategy). The control layer (per unit, shared weights)
 receives an *order* from its squad, ``MultiDiscrete([S, 3, 2])``: target enemy squad, posture
-(advance, hold, retreat), formation (tight, loose); ``skirmish_follow_order`` rewards carrying it
-out. The squad layer (per squad, ``agents: {squads: ...}`` as ``env.squads``) receives an
+(advance, hold, retreat), formation (tight, loose), or ``MultiDiscrete([S, 3, 3, 2])`` with one
+posture for the melee units and one for the ranged units and healers; ``skirmish_follow_order``
+rewards carrying it out. The squad layer (per squad, ``agents: {squads: ...}`` as ``env.squads``) receives an
 *objective* from the strategy, ``MultiDiscrete([S + 1] * S)`` (engage enemy squad j, or hold),
 and ``skirmish_squad_objective`` rewards pursuing it; it can read its members' observations
 (``source: env``), the state, or (ParallelEnv only) :func:`squad_view`. The strategy layer (one

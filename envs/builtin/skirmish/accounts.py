@@ -27,14 +27,15 @@ def unit_infos(battle: Battle, res: StepArrays, copy: int, units: list[int], nam
     """Info dicts of ``units`` (indices, named ``names``) of copy ``copy`` after step ``res``
     (read from ``res`` only, but for the end keys, which read the battle: make those before a reset).
 
-    Every step: ``squad`` (index within the team), ``n_squads``, ``dealt``, ``dealt_to [S]``,
+    Every step: ``squad`` (index within the team), ``n_squads``, ``unit_type`` (0 melee, 1 ranged,
+    2 healer), ``dealt``, ``dealt_to [S]``,
     ``killed``, ``taken``, ``healed``, ``approach [S]``, ``retreat``, ``cohesion``, ``spacing``
     (distance to the nearest live ally in sight, the sight range when none), ``depth`` (distance
     from the own map edge over the width), ``moved`` (distance moved). On the last step of an
     episode also the keys of :func:`outcome_info`.
     """
     b, c = battle, copy
-    squad = b.squad[units].tolist()
+    squad, utype = b.squad[units].tolist(), b.utype[units].tolist()
     dealt, killed = res.dealt[c, units].tolist(), res.killed[c, units].tolist()
     taken, healed = res.taken[c, units].tolist(), res.healed[c, units].tolist()
     retreat, cohesion = res.retreat[c, units].tolist(), res.cohesion[c, units].tolist()
@@ -43,7 +44,7 @@ def unit_infos(battle: Battle, res: StepArrays, copy: int, units: list[int], nam
     end = outcome_info(b, c, int(res.outcome[c, 0])) if res.ended[c] else None
     out = {}
     for k, (u, name) in enumerate(zip(units, names)):
-        info = {"squad": squad[k], "n_squads": b.S, "dealt": dealt[k], "dealt_to": dealt_to[u], "killed": killed[k],
+        info = {"squad": squad[k], "n_squads": b.S, "unit_type": utype[k], "dealt": dealt[k], "dealt_to": dealt_to[u], "killed": killed[k],
                 "taken": taken[k], "healed": healed[k], "approach": approach[u], "retreat": retreat[k],
                 "cohesion": cohesion[k], "spacing": spacing[k], "depth": depth[k], "moved": moved[k]}
         if end is not None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ...teachers import vectorized_teacher
 from .core import ATTACK0, DIRECTIONS, MOVE0, NOOP, Battle, RewardWeights
-from .rewards import ORDER_EXTRA, TIGHT_RADIUS  # follow_order walks back within the reward's tight radius
+from .rewards import ORDER_EXTRA, TIGHT_RADIUS, read_order  # follow_order walks back within the reward's tight radius
 from .scenarios import MELEE, RANGED, Scenario, get_scenario
 
 Policy = Callable[[Battle, int, np.random.Generator], np.ndarray]
@@ -296,16 +296,16 @@ def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np
                   **_) -> np.ndarray:
     """``teacher.policy`` of a control layer under a squad layer (kickstarting): for each unit that
     decided, :func:`follow_order_policy`'s action for the order it received (the one-hots of
-    ``MultiDiscrete([S, 3, 2])``, as ``skirmish_follow_order`` reads them). ``env``: the batched
+    ``MultiDiscrete([S, 3, 2])``, or ``[S, 3, 3, 2]`` with a posture per arm, as
+    ``skirmish_follow_order`` reads them: :func:`.rewards.read_order`). ``env``: the batched
     :class:`~.vector.SkirmishVector` (``env.type: vector``); red is team 0."""
     b = env.battle
-    if command is None or command.shape[1] != b.S + ORDER_EXTRA:
-        raise ValueError(f"skirmish order_teacher: the layer's command has "
-                         f"{'no' if command is None else command.shape[1]} values; it must be a squad layer's order, "
-                         f"the one-hots of MultiDiscrete([{b.S}, 3, 2]) ({b.S + ORDER_EXTRA} values)")
+    if command is None:
+        raise ValueError(f"skirmish order_teacher: the layer's command has no values; it must be a squad layer's "
+                         f"order, the one-hots of MultiDiscrete([{b.S}, 3, 2]) ({b.S + ORDER_EXTRA} values)")
     units = np.fromiter((m[0] for m in members), np.int64, len(members))
-    S = b.S
+    parts = read_order(np.asarray(command), b.S, b.utype[units], who="skirmish order_teacher")
     order = [np.zeros((b.N, b.n), np.int64) for _ in range(3)]
-    for k, (lo, hi) in enumerate(((0, S), (S, S + 3), (S + 3, S + ORDER_EXTRA))):
-        order[k][copies, units] = np.argmax(command[:, lo:hi], 1)
+    for k in range(3):
+        order[k][copies, units] = parts[k]
     return follow_order_policy(b, 0, *order)[copies, units]

@@ -4,7 +4,9 @@ The commands they interpret (one-hots, as hdppo hands a command to the layer bel
 
 - an **order** to a unit (squad layer -> control layer): ``MultiDiscrete([S, 3, 2])``, received
   as ``[target enemy squad (S) | posture (3): advance, hold, retreat | formation (2): tight,
-  loose]``, S the enemy's squad count;
+  loose]``, S the enemy's squad count; or, with a posture per arm, ``MultiDiscrete([S, 3, 3,
+  2])``: ``[target | the melee units' posture | the ranged units' and healers' posture |
+  formation]`` (:func:`read_order` reads either);
 - an **objective** for a squad (strategy layer -> squad layer): ``MultiDiscrete([S + 1] * S)``,
   one entry per own squad, received whole by every squad: ``S + 1`` choices each, engage enemy
   squad ``j`` (``j < S``) or hold (``S``). A plain ``Discrete(S + 1)`` command works too.
@@ -18,10 +20,12 @@ import numpy as np
 
 from ...rewards import register_reward
 from ...vector import InfoRows
+from .scenarios import MELEE
 
 POSTURES = ("advance", "hold", "retreat")
 FORMATIONS = ("tight", "loose")
 ORDER_EXTRA = len(POSTURES) + len(FORMATIONS)
+SPLIT_ORDER_EXTRA = 2 * len(POSTURES) + len(FORMATIONS)   # a posture for melee, one for the others
 
 DAMAGE_WEIGHT = 0.1     # per hp dealt to the commanded squad (a hit is 9-13 hp: about 1)
 MOVE_WEIGHT = 0.3       # per map unit of progress in the commanded posture (a step is about 1 unit)
@@ -38,6 +42,24 @@ def _rows(info, grouped: bool = False) -> InfoRows:
     return info if isinstance(info, InfoRows) else InfoRows(lambda: info, len(info), grouped=grouped)
 
 
+def read_order(command: np.ndarray, n_squads: int, unit_type: np.ndarray, who: str = "skirmish_follow_order"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(target squad, posture, formation)`` ``[B]`` int64 of B orders ``command [B, C]`` (one-hots)
+    to units of ``unit_type [B]``: ``C = S + 5`` (one posture for all) or ``S + 8`` (the melee
+    units' posture, then the others'), ``S = n_squads``. ``who`` names the caller in the error."""
+    S, C = int(n_squads), command.shape[1]
+    if C not in (S + ORDER_EXTRA, S + SPLIT_ORDER_EXTRA):
+        raise ValueError(f"{who}: the order has {C} values; with {S} enemy squads it must be the one-hots of "
+                         f"MultiDiscrete([{S}, 3, 2]) ({S + ORDER_EXTRA} values) or, a posture per arm, "
+                         f"MultiDiscrete([{S}, 3, 3, 2]) ({S + SPLIT_ORDER_EXTRA} values)")
+    target = np.argmax(command[:, :S], 1)
+    posture = np.argmax(command[:, S:S + 3], 1)
+    if C == S + SPLIT_ORDER_EXTRA:  # the others' posture where the unit is not melee
+        posture = np.where(np.asarray(unit_type) == MELEE, posture, np.argmax(command[:, S + 3:S + 6], 1))
+    formation = np.argmax(command[:, C - len(FORMATIONS):], 1)
+    return target, posture, formation
+
+
 @register_reward("skirmish_follow_order", vectorized=True)
 def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """Control layer: how well a unit carried out its squad's order this step.
@@ -47,20 +69,21 @@ def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | n
     the own edge) - ``FORMATION_WEIGHT *`` (tight: distance beyond ``TIGHT_RADIUS`` from the
     squad's centroid; loose: spacing short of ``LOOSE_SPACING``).
 
-    One unit (``command [S + 5]``, ``info`` its dict) -> float, or B units (``command [B, S + 5]``,
-    ``info`` a list of B dicts) -> ``[B]`` float32."""
+    One unit (``command [S + 5]`` or ``[S + 8]``, see :func:`read_order`; ``info`` its dict) -> float,
+    or B units (``command [B, C]``, ``info`` a list of B dicts) -> ``[B]`` float32."""
     command = np.asarray(command, np.float32)
     if command.ndim == 1:
         return float(follow_order(command[None], [info])[0])  # type: ignore[list-item]
-    S = command.shape[1] - ORDER_EXTRA
+    units = _rows(info)
+    rows = np.arange(len(command))
+    # The enemy's squad count: the env's (0 for a unit without an info dict), else, where no info
+    # has the key, the one-posture layout's.
+    squads = units.column("n_squads", 0)
+    S = int(squads.max()) if len(squads) and squads.max() > 0 else command.shape[1] - ORDER_EXTRA
     if S < 1:
         raise ValueError(f"skirmish_follow_order: the order has {command.shape[1]} values; it must be the one-hots "
                          f"of MultiDiscrete([S, 3, 2]) (S + {ORDER_EXTRA} values), S the enemy's squads")
-    units = _rows(info)
-    rows = np.arange(len(command))
-    target = np.argmax(command[:, :S], 1)
-    posture = np.argmax(command[:, S:S + 3], 1)
-    formation = np.argmax(command[:, S + 3:], 1)
+    target, posture, formation = read_order(command, S, units.column("unit_type", -1))
     dealt = units.column("dealt_to", np.zeros(S))[rows, target]
     approach = units.column("approach", np.zeros(S))[rows, target]
     moved, retreat, cohesion = units.column("moved"), units.column("retreat"), units.column("cohesion")

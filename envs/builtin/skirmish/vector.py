@@ -121,7 +121,7 @@ class _UnitColumns(Mapping):
     steps of an upper layer's worker read none)."""
 
     KEYS = ("dealt", "dealt_to", "killed", "taken", "healed", "approach", "retreat", "cohesion", "spacing", "depth",
-            "moved", "squad")
+            "moved", "squad", "n_squads", "unit_type")
 
     def __init__(self, res: StepArrays, battle):
         self._res, self._battle = res, battle
@@ -130,6 +130,10 @@ class _UnitColumns(Mapping):
         b, n = self._battle, self._battle.n
         if key == "squad":
             return np.broadcast_to(b.squad[:n], (b.N, n))
+        if key == "unit_type":
+            return np.broadcast_to(b.utype[:n], (b.N, n))
+        if key == "n_squads":
+            return np.full((b.N, n), b.S)
         if key not in self.KEYS:
             raise KeyError(key)
         return getattr(self._res, key)[:, :n]
