@@ -237,18 +237,20 @@ def render_markdown(report: dict) -> str:
     if trained:
         lines += [f"## Trained policies against {STRONGEST} (target: win rate >= {TARGET_WIN_RATE:.0%} on "
                   f"{TRAIN_SCENARIO})", "",
-                  "| policy | layers | env steps | scenario | win | draw | loss | kills | losses | steps | "
+                  "| policy | layers | env steps | scenario | opponent | win | draw | loss | kills | losses | steps | "
                   "training agent steps/s | target |",
-                  "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "|---|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
         for name, t in trained.items():
             if "error" in t:
-                lines.append(f"| {name} | {CONFIGS[name][1]} | | | failed: {t['error']} | | | | | | | |")
+                lines.append(f"| {name} | {CONFIGS[name][1]} | | | | failed: {t['error']} | | | | | | | |")
                 continue
             thr = t.get("throughput", {}).get("agent_steps_per_s")
             steps = f"{t.get('env_steps', 0):,}" + (f" + {t['earlier_env_steps']:,} earlier" if t.get("earlier_env_steps") else "")
             for ev in t.get("evaluations", []):
-                met = ("met" if ev["win_rate"] >= TARGET_WIN_RATE else "missed") if ev["scenario"] == TRAIN_SCENARIO else "(transfer)"
-                lines.append(f"| {name} | {t.get('layers', CONFIGS[name][1])} | {steps} | {ev['scenario']} | "
+                opponent = ev.get("opponent", STRONGEST)
+                met = (("met" if ev["win_rate"] >= TARGET_WIN_RATE else "missed") if opponent == STRONGEST else
+                       "(other opponent)") if ev["scenario"] == TRAIN_SCENARIO else "(transfer)"
+                lines.append(f"| {name} | {t.get('layers', CONFIGS[name][1])} | {steps} | {ev['scenario']} | {opponent} | "
                              f"{pct(ev['win_rate'], ev['win_ci95'])} | {pct(ev['draw_rate'])} | {pct(ev['loss_rate'])} | "
                              f"{ev['kills']:.2f} | {ev['losses']:.2f} | {ev['mean_steps']:.0f} | "
                              f"{f'{thr:,.0f}' if thr else '-'} | {met} |")
@@ -256,7 +258,8 @@ def render_markdown(report: dict) -> str:
         rows = [(n, ev) for n, t in trained.items() for ev in t.get("scripted_evaluations", [])]
         if rows:
             lines += ["The same trained layers with the taught layer acting by its teacher (`hdppo eval --scripted "
-                      "LAYER`; for the control layer, focus_kite's micro carrying out the squads' orders): whether "
+                      "LAYER`; for the control layer, its teacher's micro (focus_kite's, or with `no_overkill` its split "
+                      "fire) carrying out the squads' orders): whether "
                       "the orders or their execution hold the win rate back.", "",
                       "| policy | scripted layer | scenario | win | draw | loss | kills | losses | steps |",
                       "|---|---|---|---|---:|---:|---:|---:|---:|"]
@@ -351,7 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
     p.add_argument("--no-scripted", dest="scripted", action="store_false",
                    help="skip the rows that play a run's taught layer by its teacher (see the report)")
+    p.add_argument("--also-against", default="", help="comma list of scripted players (e.g. focus_no_overkill) each "
+                   f"trained policy also plays on {TRAIN_SCENARIO}, beside {STRONGEST}")
     args = p.parse_args(argv)
+    from hdppo.envs.builtin.skirmish import OPPONENTS
+    args.also_against = [o for o in args.also_against.split(",") if o]
+    if set(args.also_against) - set(OPPONENTS):
+        p.error(f"--also-against: unknown {sorted(set(args.also_against) - set(OPPONENTS))}; known: {', '.join(OPPONENTS)}")
     games = args.games or (8 if args.quick else 200)
     env_steps = args.env_steps or (2_000 if args.quick else 2_000_000)
     curve_games = args.curve_games if args.curve_games is not None else (0 if args.quick else 50)
@@ -409,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                                       | evaluate_checkpoint(cfg, c, curve_games, TRAIN_SCENARIO)
                                       for c in spaced(list_checkpoints(run_dir), args.curve_points)]
             print(f"[skirmish] {name}: win {entry['evaluations'][0]['win_rate']:.1%} over {games} games", flush=True)
+            for opponent in args.also_against:  # other scripted players, on the training scenario
+                entry["evaluations"].append(evaluate_checkpoint(cfg, last, games, TRAIN_SCENARIO, opponent))
+                print(f"[skirmish] {name} against {opponent}: win {entry['evaluations'][-1]['win_rate']:.1%}", flush=True)
             taught = [layer.name for layer in cfg.layers if layer.teacher is not None]
             if taught and args.scripted:
                 # The trained layers above over the taught layer's script (its teacher): whether

@@ -208,9 +208,13 @@ def test_skirmish_benchmark_scripted_table_and_wilson(tmp_path):
     assert skirmish.spaced(list(range(10)), 4) == [0, 3, 6, 9] and skirmish.spaced([1, 2], 4) == [1, 2]
     assert skirmish.main(["--quick", "--only", "scripted", "--games", "4", "--out", str(tmp_path / "s")]) == 0
     report = json.loads((tmp_path / "s.json").read_text())
-    assert len(report["scripted"]) == 9 + 2 and all(r["games"] == 4 for r in report["scripted"])
+    assert len(report["scripted"]) == 4 * 4 + 2 and all(r["games"] == 4 for r in report["scripted"])
     md = (tmp_path / "s.md").read_text()
     assert "| 3v3 | focus_kite | random |" in md and "| 3v3 | squad_focus | focus_kite |" in md
+    assert "| 3v3 | focus_no_overkill | focus_kite |" in md
+    with pytest.raises(SystemExit):  # an unknown opponent is refused before anything runs
+        skirmish.main(["--quick", "--only", "scripted", "--also-against", "nobody", "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_skirmish_benchmark_says_which_layers_learned():

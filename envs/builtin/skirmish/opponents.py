@@ -16,6 +16,11 @@ does), so a target out of sight is still found.
   can shoot (kiting), and ranged units hold still while reloading when a target is in range;
   healers heal the ally with the lowest hp fraction in range, else walk toward the most hurt
   ally, staying behind their team.
+- ``focus_no_overkill``: ``focus_kite`` whose units also split their fire so that no shot is
+  wasted: taken in unit order, each attacker skips an enemy that the attackers before it already
+  bring to 0 hp this step and takes the next weakest. Stronger than ``focus_kite`` (about 57% of
+  games against it, 5% drawn), it is beyond the issue's ladder of three, and the micro that
+  ``order_teacher(no_overkill=True)`` teaches.
 
 Scripted *commanders* (:data:`COMMANDERS`) give squad orders without learning, carried out by
 ``focus_kite``'s micro (:func:`follow_order_policy`): ``squad_focus`` sends every squad, tight,
@@ -116,12 +121,38 @@ def focus_kite_policy(battle: Battle, team: int, rng: np.random.Generator) -> np
     return _focus_kite(battle, team)
 
 
+def focus_no_overkill_policy(battle: Battle, team: int, rng: np.random.Generator) -> np.ndarray:
+    """``focus_kite`` with its fire split so that no shot goes to an enemy already killed this step."""
+    return _focus_kite(battle, team, no_overkill=True)
+
+
+def _split_fire(b: Battle, own: slice, foes: np.ndarray, legal: np.ndarray, score: np.ndarray,
+                att: np.ndarray, firing: np.ndarray) -> np.ndarray:
+    """Attack slots ``att [N, n]`` re-chosen so that no shot is wasted: in unit order, each unit
+    that fires (``firing``) keeps its preference (``score [N, n, Ke]``, lower first, over the
+    legal slots ``legal``) but ranks its targets by the hp they will have after the shots of the
+    units before it, and skips those already at 0 (it keeps its choice when every legal target is).
+    ``foes [N, n, Ke]``: the unit index behind each slot."""
+    rows = np.arange(b.N)
+    hp_left = b.hp.copy()
+    hp_now = np.take_along_axis(b.hp, foes.reshape(b.N, -1), 1).reshape(foes.shape)   # [N, n, Ke]
+    att = att.copy()
+    for u, damage in enumerate(b.damage[own]):
+        left = hp_left[rows[:, None], foes[:, u]]                                      # [N, Ke]
+        alive_after = legal[:, u] & (left > 0)
+        pick = np.argmin(np.where(alive_after, score[:, u] - hp_now[:, u] + left, np.inf), -1)
+        shoots = firing[:, u] & alive_after.any(-1)
+        att[:, u] = np.where(shoots, pick, att[:, u])
+        hp_left[rows[shoots], foes[rows[shoots], u, pick[shoots]]] -= damage
+    return att
+
+
 # follow_order: a target outside the ordered squad costs this much hp in the choice of whom to hit.
 OFF_TARGET_HP = 1000.0
 
 
 def follow_order_policy(battle: Battle, team: int, target: np.ndarray, posture: np.ndarray,
-                        formation: np.ndarray) -> np.ndarray:
+                        formation: np.ndarray, no_overkill: bool = False) -> np.ndarray:
     """``focus_kite`` carrying out a squad's orders, per unit ``[N, n]``: attack the lowest-hp enemy in
     range, one of the ``target`` enemy squad first; under posture 0 (advance) walk toward that
     squad's weakest unit (counting distance, as ``focus_kite`` picks its prey), under 1 (hold) stay,
@@ -129,13 +160,14 @@ def follow_order_policy(battle: Battle, team: int, target: np.ndarray, posture: 
     walk back to the squad's centroid when farther than ``TIGHT_RADIUS``. Kiting, healing and the
     ranged units' hold while reloading are ``focus_kite``'s. The order layout is
     :mod:`.rewards`' ``skirmish_follow_order``: this is the teacher of a control layer under a
-    squad layer (:func:`order_teacher`)."""
-    return _focus_kite(battle, team, (np.asarray(target), np.asarray(posture), np.asarray(formation)))
+    squad layer (:func:`order_teacher`). ``no_overkill``: ``focus_no_overkill``'s split fire."""
+    return _focus_kite(battle, team, (np.asarray(target), np.asarray(posture), np.asarray(formation)), no_overkill)
 
 
-def _focus_kite(b: Battle, team: int, order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def _focus_kite(b: Battle, team: int, order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                no_overkill: bool = False) -> np.ndarray:
     """``focus_kite``, or with ``order`` = (target squad, posture, formation) ``[N, n]`` each,
-    :func:`follow_order_policy`."""
+    :func:`follow_order_policy`; ``no_overkill``: its fire split by :func:`_split_fire`."""
     own, other, d_foe, _ = _sides(b, team)
     mask = b.mask[:, own]
     N, U, Ke, Ka = b.N, b.U, b.Ke, b.Ka
@@ -200,6 +232,8 @@ def _focus_kite(b: Battle, team: int, order: tuple[np.ndarray, np.ndarray, np.nd
         vx, vy = np.where(retreat, b.base_dir[own][None, :], vx), np.where(retreat, 0.0, vy)
         holding, fleeing = holding & ~retreat, fleeing & ~retreat
         can_att, can_heal = can_att & ~retreat, can_heal & ~retreat
+    if no_overkill:
+        att = _split_fire(b, own, foes, att_mask, att_score, att, can_att)
     move = np.where(holding & ~fleeing, NOOP, _walk(b, own, vx, vy))
     out = np.where(can_att, ATTACK0 + att, move)
     return np.where(healer & can_heal, ATTACK0 + Ke + heal, out)
@@ -209,6 +243,7 @@ OPPONENTS: dict[str, Policy] = {
     "random": random_policy,
     "nearest": nearest_policy,
     "focus_kite": focus_kite_policy,
+    "focus_no_overkill": focus_no_overkill_policy,
 }
 
 
@@ -293,12 +328,13 @@ def play(red: str, blue: str, scenario: str | Scenario = "8v8_mixed", games: int
 
 @vectorized_teacher
 def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np.ndarray | None,
-                  **_) -> np.ndarray:
+                  no_overkill: bool = False, **_) -> np.ndarray:
     """``teacher.policy`` of a control layer under a squad layer (kickstarting): for each unit that
     decided, :func:`follow_order_policy`'s action for the order it received (the one-hots of
     ``MultiDiscrete([S, 3, 2])``, or ``[S, 3, 3, 2]`` with a posture per arm, as
     ``skirmish_follow_order`` reads them: :func:`.rewards.read_order`). ``env``: the batched
-    :class:`~.vector.SkirmishVector` (``env.type: vector``); red is team 0."""
+    :class:`~.vector.SkirmishVector` (``env.type: vector``); red is team 0. ``no_overkill``
+    (``teacher.kwargs``): teach ``focus_no_overkill``'s split fire."""
     b = env.battle
     if command is None:
         raise ValueError(f"skirmish order_teacher: the layer's command has no values; it must be a squad layer's "
@@ -308,4 +344,4 @@ def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np
     order = [np.zeros((b.N, b.n), np.int64) for _ in range(3)]
     for k in range(3):
         order[k][copies, units] = parts[k]
-    return follow_order_policy(b, 0, *order)[copies, units]
+    return follow_order_policy(b, 0, *order, no_overkill=bool(no_overkill))[copies, units]
