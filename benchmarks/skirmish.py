@@ -354,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
     p.add_argument("--no-scripted", dest="scripted", action="store_false",
                    help="skip the rows that play a run's taught layer by its teacher (see the report)")
+    p.add_argument("--eval-set", action="append", default=[], dest="eval_overrides", metavar="KEY=VALUE",
+                   help="config override for evaluation only, on each run's saved config (e.g. "
+                   "layers.2.teacher.kwargs.no_overkill=true: a scripted control layer's split fire)")
     p.add_argument("--also-against", default="", help="comma list of scripted players (e.g. focus_no_overkill) each "
                    f"trained policy also plays on {TRAIN_SCENARIO}, beside {STRONGEST}")
     args = p.parse_args(argv)
@@ -374,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = (quick_overrides() if args.quick else []) + args.overrides
     report: dict[str, Any] = {"machine": machine_info(), "command": "python benchmarks/skirmish.py " + " ".join(argv or sys.argv[1:]),
                               "settings": {"quick": args.quick, "games": games, "env_steps": env_steps,
-                                           "curve_games": curve_games, "overrides": overrides},
+                                           "curve_games": curve_games, "overrides": overrides,
+                                           "eval_overrides": args.eval_overrides},
                               "notes": args.note, "trained": {}}
 
     def save() -> None:
@@ -403,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 entry["summary"] = train(name, env_steps, run_dir, overrides, args.quick)
                 entry["run_dir"], entry["train_wall_s"] = str(run_dir), time.perf_counter() - t0
-            cfg = load_config(run_dir / "config.yaml")
+            cfg = load_config(run_dir / "config.yaml", args.eval_overrides)
             last = latest_checkpoint(run_dir)
             if last is None:
                 raise RuntimeError(f"{run_dir}: no checkpoint")
@@ -435,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     if ok:  # the best one on the scenario it never trained on
         best = max(ok, key=lambda n: ok[n]["evaluations"][0]["win_rate"])
         t = ok[best]
-        cfg = load_config(Path(t["run_dir"]) / "config.yaml")
+        cfg = load_config(Path(t["run_dir"]) / "config.yaml", args.eval_overrides)
         try:
             t["evaluations"].append(evaluate_checkpoint(cfg, latest_checkpoint(Path(t["run_dir"])), games, TRANSFER_SCENARIO))
         except Exception as exc:  # noqa: BLE001

@@ -311,3 +311,23 @@ def test_train_preset_keeps_the_presets_own_budget_unless_given_one(tmp_path):
     own = common.train_preset(preset, None, tmp_path / "own", ["ray.backend=local"], quick=True)
     given = common.train_preset(preset, 200, tmp_path / "given", ["ray.backend=local"], quick=True)
     assert 600 <= own["env_steps"] < 1200 and 200 <= given["env_steps"] < 600, (own["env_steps"], given["env_steps"])
+
+
+def test_skirmish_benchmark_trains_and_evaluates_against_each_opponent(tmp_path):
+    """A smoke run of the three-layer row: trained, then evaluated against focus_kite and the
+    opponents of --also-against, under the overrides of --eval-set (here: the control layer
+    played by its teacher), each named in the report."""
+    import skirmish
+
+    out = tmp_path / "r"
+    assert skirmish.main(["--quick", "--only", "three_layers", "--runs-dir", str(tmp_path / "runs"), "--games", "4",
+                          "--no-scripted", "--also-against", "focus_no_overkill",
+                          "--eval-set", "layers.2.schedule.mode=scripted", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    evals = report["trained"]["three_layers"]["evaluations"]
+    assert [(e["scenario"], e["opponent"]) for e in evals] == [
+        (skirmish.TRAIN_SCENARIO, "focus_kite"), (skirmish.TRAIN_SCENARIO, "focus_no_overkill"),
+        (skirmish.TRANSFER_SCENARIO, "focus_kite")]
+    assert all(e["games"] == 4 for e in evals)
+    md = out.with_suffix(".md").read_text()
+    assert "control (scripted)" in md and "| focus_no_overkill |" in md and "(other opponent)" in md
