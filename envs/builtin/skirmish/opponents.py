@@ -340,7 +340,7 @@ def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np
         raise ValueError(f"skirmish order_teacher: the layer's command has no values; it must be a squad layer's "
                          f"order, the one-hots of MultiDiscrete([{b.S}, 3, 2]) ({b.S + ORDER_EXTRA} values)")
     units = np.fromiter((m[0] for m in members), np.int64, len(members))
-    parts = read_order(np.asarray(command), b.S, b.utype[units], who="skirmish order_teacher")
+    parts = read_order(np.asarray(command), b.S, lambda: b.utype[units], who="skirmish order_teacher")
     order = [np.zeros((b.N, b.n), np.int64) for _ in range(3)]
     for k in range(3):
         order[k][copies, units] = parts[k]

@@ -16,6 +16,8 @@ Constants below are the weights; a layer that wants others can wrap these functi
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ...rewards import register_reward
@@ -42,11 +44,13 @@ def _rows(info, grouped: bool = False) -> InfoRows:
     return info if isinstance(info, InfoRows) else InfoRows(lambda: info, len(info), grouped=grouped)
 
 
-def read_order(command: np.ndarray, n_squads: int, unit_type: np.ndarray, who: str = "skirmish_follow_order"
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(target squad, posture, formation)`` ``[B]`` int64 of B orders ``command [B, C]`` (one-hots)
-    to units of ``unit_type [B]``: ``C = S + 5`` (one posture for all) or ``S + 8`` (the melee
-    units' posture, then the others'), ``S = n_squads``. ``who`` names the caller in the error."""
+def read_order(command: np.ndarray, n_squads: int, unit_type: Callable[[], np.ndarray],
+               who: str = "skirmish_follow_order") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(target squad, posture, formation)`` ``[B]`` int64 of B orders ``command [B, C]`` (one-hots):
+    ``C = S + 5`` (one posture for all) or ``S + 8`` (the melee units' posture, then the others'),
+    ``S = n_squads``. ``unit_type()`` gives the units' types ``[B]``, called for the second layout
+    only (the reward's hot path reads no type column for the first). ``who`` names the caller in
+    the error."""
     S, C = int(n_squads), command.shape[1]
     if C not in (S + ORDER_EXTRA, S + SPLIT_ORDER_EXTRA):
         raise ValueError(f"{who}: the order has {C} values; with {S} enemy squads it must be the one-hots of "
@@ -55,7 +59,7 @@ def read_order(command: np.ndarray, n_squads: int, unit_type: np.ndarray, who: s
     target = np.argmax(command[:, :S], 1)
     posture = np.argmax(command[:, S:S + 3], 1)
     if C == S + SPLIT_ORDER_EXTRA:  # the others' posture where the unit is not melee
-        posture = np.where(np.asarray(unit_type) == MELEE, posture, np.argmax(command[:, S + 3:S + 6], 1))
+        posture = np.where(np.asarray(unit_type()) == MELEE, posture, np.argmax(command[:, S + 3:S + 6], 1))
     formation = np.argmax(command[:, C - len(FORMATIONS):], 1)
     return target, posture, formation
 
@@ -83,7 +87,7 @@ def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | n
     if S < 1:
         raise ValueError(f"skirmish_follow_order: the order has {command.shape[1]} values; it must be the one-hots "
                          f"of MultiDiscrete([S, 3, 2]) (S + {ORDER_EXTRA} values), S the enemy's squads")
-    target, posture, formation = read_order(command, S, units.column("unit_type", -1))
+    target, posture, formation = read_order(command, S, lambda: units.column("unit_type", -1))
     dealt = units.column("dealt_to", np.zeros(S))[rows, target]
     approach = units.column("approach", np.zeros(S))[rows, target]
     moved, retreat, cohesion = units.column("moved"), units.column("retreat"), units.column("cohesion")
