@@ -128,12 +128,9 @@ class _UnitColumns(Mapping):
 
     def __getitem__(self, key: str) -> np.ndarray:
         b, n = self._battle, self._battle.n
-        if key == "squad":
-            return np.broadcast_to(b.squad[:n], (b.N, n))
-        if key == "unit_type":
-            return np.broadcast_to(b.utype[:n], (b.N, n))
-        if key == "n_squads":
-            return np.full((b.N, n), b.S)
+        static = {"squad": b.squad[:n], "unit_type": b.utype[:n], "n_squads": b.S}.get(key)
+        if static is not None:  # the same for every copy: a view, not an array per step
+            return np.broadcast_to(static, (b.N, n))
         if key not in self.KEYS:
             raise KeyError(key)
         return getattr(self._res, key)[:, :n]
