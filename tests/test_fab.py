@@ -217,6 +217,86 @@ def test_follow_command_reward():
     assert r[0] == pytest.approx(1.0 + 0.5) and r[1] == pytest.approx(0.5)
 
 
+def test_follow_command_reads_the_deciding_groups_criterion():
+    """With a criterion per agent tool group ([3 | 5 x G]), the reward counts the deciding group's
+    block (info group_slot), not another group's; widths that fit no layout name the valid ones."""
+    cmd = np.zeros((2, 3 + 5 * 3), np.float32)
+    cmd[:, 1] = 1.0
+    for row in range(2):
+        cmd[row, 3 + 0 * 5 + 2] = 1.0   # group 0: edd
+        cmd[row, 3 + 1 * 5 + 0] = 1.0   # group 1: fifo
+        cmd[row, 3 + 2 * 5 + 3] = 1.0   # group 2: cr
+    ranks = np.array([1.0, 1.0, 0.0, 1.0])  # the chosen lot is edd's first choice and every other rule's last
+    infos = [{"chosen_ranks": ranks, "group_slot": 0}, {"chosen_ranks": ranks, "group_slot": 1}]
+    r = fab.follow_command(cmd, infos, action=np.array([[0, 1], [0, 0]]))
+    assert r[0] == pytest.approx(1.0 + 0.5) and r[1] == pytest.approx(0.0)
+    no_release = cmd[:, 3:]
+    assert fab.follow_command(no_release, infos).tolist() == pytest.approx([1.0, 0.0])
+    with pytest.raises(ValueError, match="7 values.*MultiDiscrete"):
+        fab.follow_command(np.zeros((1, 7), np.float32), infos[:1])
+    with pytest.raises(ValueError, match="3 tool groups.*one criterion per agent group"):
+        fab.follow_command(no_release[:1], [{"chosen_ranks": ranks, "group_slot": 5}])
+
+
+def _shift_venv(days=0.5, **kw):
+    from hdppo.envs.vector import make_vector_env
+
+    venv = make_vector_env("gymnasium", None, "hdppo.envs.builtin.fab:make_env", dict(days=days, **kw), None, 2, seed=0)
+    venv.reset(seed=0)
+    return venv
+
+
+def test_command_teacher_carries_out_each_groups_criterion():
+    """command_teacher: at each copy's decision, the slot that the deciding group's commanded rule
+    ranks first (so the chosen lot is that rule's choice) and the commanded release level; with
+    'balanced' the lowest mean rank; with action='rule' the rule itself."""
+    venv = _shift_venv(release_control=True)
+    fabs = [venv.copy_env(i).unwrapped for i in range(2)]
+    G = len(fabs[0].agent_group_ids)
+    for rule in fab.RULES:
+        cmd = np.zeros((2, 3 + 5 * G), np.float32)
+        cmd[:, 2] = 1.0                                              # release x1.2
+        cmd[:, 3 + np.arange(G) * 5 + fab.RULES.index(rule)] = 1.0   # every group: rule
+        a = fab.command_teacher(venv, np.arange(2), [[0], [0]], cmd)
+        for i, f in enumerate(fabs):
+            assert a[i, 1] == 2
+            assert a[i, 0] == f.rule_action(rule)[0]
+            assert f.slot_ranks[int(a[i, 0]), fab.RULES.index(rule)] == 0.0
+    cmd = np.zeros((2, 3 + 5 * G), np.float32)
+    cmd[:, 0] = 1.0
+    cmd[:, 3 + np.arange(G) * 5 + 4] = 1.0                           # balanced
+    a = fab.command_teacher(venv, np.arange(2), [[0], [0]], cmd)
+    for i, f in enumerate(fabs):
+        mean_rank = f.slot_ranks[:len(f.slots)].mean(1)
+        assert mean_rank[int(a[i, 0])] == mean_rank.min() and a[i, 1] == 0
+    venv.close()
+    rules = _shift_venv(action="rule")
+    cmd = np.zeros((2, 5 * G), np.float32)
+    cmd[:, np.arange(G) * 5 + fab.RULES.index("spt")] = 1.0
+    assert fab.command_teacher(rules, np.arange(2), [[0], [0]], cmd)[:, 0].tolist() == [fab.RULES.index("spt")] * 2
+    rules.close()
+    with pytest.raises(ValueError, match="has no command"):
+        fab.command_teacher(rules, np.arange(2), [[0], [0]], None)
+
+
+def test_shift_observation_and_teacher():
+    env = fab.FabEnv(days=1.0, release_control=True)
+    env.reset(seed=2)
+    G = len(env.agent_group_ids)
+    obs = fab.shift_observation(None, ["agent_0"], env)
+    assert obs.shape == (G * len(fab.GROUP_FEATURES) + len(fab.FAB_FEATURES) + 3,)
+    per = obs[:G * 4].reshape(G, 4)
+    queues = [len(env.sim.queues[g]) for g in env.agent_group_ids]
+    assert per[:, 0] == pytest.approx(np.minimum(np.array(queues) / 50.0, 5.0))
+    assert obs[-3:].tolist() == [0.0, 1.0, 0.0] and max(queues) > 0
+    names = [env.model.data.groups[g] for g in env.agent_group_ids]
+    t = fab.shift_teacher(None, None, env, rule="cr", groups={names[1]: "edd"})
+    assert t.tolist() == [1, 3, 2] + [3] * (G - 2)
+    assert fab.shift_teacher(None, None, fab.FabEnv(days=1.0), rule="spt", per_group=False).tolist() == [1]
+    with pytest.raises(EnvError, match="criterion 'lifo'"):
+        fab.shift_teacher(None, None, env, rule="lifo")
+
+
 def test_bad_arguments_name_the_fix(tmp_path):
     with pytest.raises(EnvError, match="scenario 'hvlm_tiny' is unknown.*hvlm_mini"):
         fab.FabEnv(scenario="hvlm_tiny")
@@ -264,3 +344,31 @@ def test_group_rule_search_keeps_only_improvements():
     assert best <= start
     assert fab.play(env, fab.group_rule_policy(assign), seed=7)["mean_tardiness_h"] == pytest.approx(best)
     assert set(assign.values()) <= set(fab.RULES) and len(assign) == len(env.agent_group_ids)
+
+
+def test_shift_rules_preset_trains_the_shift_layer_over_the_scripted_dispatcher(tmp_path):
+    """configs/fab_shift_rules.yaml, shrunk: the shift layer updates (kickstarted from cr), the
+    dispatch layer is scripted by command_teacher (no updates of its own), and the run's last
+    checkpoint plays a whole evaluation episode to its figures."""
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.platform.config import load_config, validate
+    from hdppo.platform.evaluation import evaluate_episodes
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config(Path(__file__).parents[1] / "configs" / "fab_shift_rules.yaml",
+                      ["ray.backend=local", "train.total_env_steps=1500", "train.checkpoint_every=1",
+                       "train.eval_episodes=0", "env.kwargs.days=1.0", "layers.0.period=12",
+                       "layers.0.dppo.train_batch_size=16", "layers.0.ppo.minibatch_size=8"])
+    assert cfg.scripted_layers() == ["dispatch"] and cfg.layer("shift").teacher.policy.endswith("shift_teacher")
+    data = cfg.model_dump(mode="json")
+    for part in (*data["groups"], *data["layers"]):
+        part["dppo"].update(num_workers=1, num_envs_per_worker=2)
+    summary = Trainer(validate(data), tmp_path / "run", quiet=True).train()
+    assert summary["updates"] >= 2
+    logged = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert '"layer": "shift", "tag": "losses/teacher_nll"' in logged
+    assert '"layer": "dispatch", "tag": "losses/' not in logged
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+    (ep,) = evaluate_episodes(validate(data), states, 1, seed=10000, num_envs=1)
+    info = next(iter(ep.infos.values()))
+    assert info["episode"]["completed"] > 0 and info["mean_tardiness_h"] >= 0.0

@@ -59,9 +59,9 @@ decision; ``env.history()`` is the same on a fixed clock, and :func:`log_history
 TensorBoard scalars (``benchmarks/fab.py --tb DIR`` does so for evaluated runs).
 """
 from .data import FABS, FabData, load_fab
-from .env import OBJECTIVES, RELEASE_LEVELS, SLOT_FEATURES, FabEnv
-from .rules import (CRITERIA, follow_command, group_rule_policy, log_history, play, rule_teacher, run_rule,
-                    search_group_rules)
+from .env import FAB_FEATURES, GROUP_FEATURES, OBJECTIVES, RELEASE_LEVELS, SLOT_FEATURES, FabEnv
+from .rules import (CRITERIA, command_teacher, criterion_weights, follow_command, group_rule_policy, log_history, play,
+                    rule_teacher, run_rule, search_group_rules, shift_observation, shift_teacher)
 from .scenarios import SCENARIOS, Scenario, build_model, describe, get_scenario
 from .sim import RULES, FabSim, Model
 
@@ -71,7 +71,8 @@ def make_env(**kwargs) -> FabEnv:
     return FabEnv(**kwargs)
 
 
-__all__ = ["CRITERIA", "FABS", "FabData", "FabEnv", "FabSim", "Model", "OBJECTIVES", "RELEASE_LEVELS", "RULES",
+__all__ = ["CRITERIA", "FAB_FEATURES", "GROUP_FEATURES", "FABS", "command_teacher", "criterion_weights",
+           "shift_observation", "shift_teacher", "FabData", "FabEnv", "FabSim", "Model", "OBJECTIVES", "RELEASE_LEVELS", "RULES",
            "SCENARIOS", "SLOT_FEATURES", "Scenario", "build_model", "describe", "follow_command", "get_scenario",
            "group_rule_policy", "load_fab", "log_history", "make_env", "play", "rule_teacher", "run_rule",
            "search_group_rules"]

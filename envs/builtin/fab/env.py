@@ -14,6 +14,10 @@ SLOT_FEATURES = ("present", "hot", "super_hot", "wait", "step_time", "remaining"
                  "needs_setup", "batch_fill", "rank_fifo", "rank_spt", "rank_edd", "rank_cr")
 RELEASE_LEVELS = (0.8, 1.0, 1.2)
 OBJECTIVES = ("tardiness", "cycle_time", "throughput")
+# The shift layer's view of the whole fab (:meth:`FabEnv.shift_observation`): per agent tool group,
+# then fab-wide.
+GROUP_FEATURES = ("queue", "idle", "down", "late_queued")
+FAB_FEATURES = ("time", "wip", "late_wip", "released_rate")
 ACTIONS = ("slot", "rule")  # what a decision picks: a candidate lot, or the rule that picks it
 _MODEL_CACHE: dict = {}
 
@@ -229,6 +233,7 @@ class FabEnv(gym.Env):
                 "late_wip": sim.n_late, "tools_down": sim.n_down, "completed": st.completed,
                 "mean_tardiness_h": st.tardiness_sum / max(st.completed, 1) / 60.0,
                 "group": self.model.data.groups[g] if g >= 0 else "", "group_queue": len(sim.queues[g]) if g >= 0 else 0,
+                "group_slot": int(self._slot_of_group[g]) if g >= 0 else -1,
                 "release_level": self.release_level,
                 "chosen_ranks": chosen_ranks if chosen_ranks is not None else np.zeros(len(RULES), np.float32)}
 
@@ -248,6 +253,28 @@ class FabEnv(gym.Env):
 
     def state(self) -> np.ndarray:
         return self._observe()["observation"]
+
+    def shift_observation(self) -> np.ndarray:
+        """The whole fab as a shift layer reads it, ``[G * 4 + 4 + 3]``: for each agent tool group its
+        queue (lots / 50), idle and down tool fractions and the late share of its queue; then
+        time / horizon, WIP / initial WIP, the late share of the WIP, the release level (its
+        factor) and the release level one-hot. The per-decision observation shows one group only;
+        a command per tool group needs every group's queue."""
+        sim, G = self.sim, len(self.agent_group_ids)
+        out = np.zeros(G * len(GROUP_FEATURES) + len(FAB_FEATURES) + len(RELEASE_LEVELS), np.float32)
+        if sim is None:
+            return out
+        per = out[:G * len(GROUP_FEATURES)].reshape(G, len(GROUP_FEATURES))
+        for i, g in enumerate(self.agent_group_ids.tolist()):
+            q = sim.queues[g]
+            nt = max(sim.n_tools[g], 1)
+            late = float(np.count_nonzero(sim.due[np.asarray(q, np.int64)] < sim.now)) / len(q) if q else 0.0
+            per[i] = (min(len(q) / 50.0, 5.0), len(sim.idle_tools[g]) / nt, sim.down_g[g] / nt, late)
+        f = G * len(GROUP_FEATURES)
+        out[f:f + len(FAB_FEATURES)] = (sim.now / self.model.horizon, sim.n_wip / self._wip_ref,
+                                        sim.n_late / max(sim.n_wip, 1), RELEASE_LEVELS[self.release_level])
+        out[f + len(FAB_FEATURES) + self.release_level] = 1.0
+        return out
 
     def history(self) -> np.ndarray:
         """``[T, 7]``: every ``record_every`` minutes: time (min), WIP, queued lots, late WIP, tools down,

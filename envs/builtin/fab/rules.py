@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import EnvError
+from ...teachers import vectorized_teacher
 from ...rewards import register_reward
 from .env import RELEASE_LEVELS, FabEnv
 from .scenarios import build_model, get_scenario
@@ -92,14 +93,39 @@ def search_group_rules(scenario="hvlm_mini", seeds=(500, 501, 502, 503, 504), da
     return assign, best
 
 
-def _command_parts(command: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+def _command_parts(command: np.ndarray, who: str = "fab_follow_command") -> tuple[np.ndarray | None, np.ndarray]:
+    """``(release level [B] or None, criteria [B, G, 5])`` of a shift layer's commands ``[B, C]``:
+    the one-hots of ``MultiDiscrete([3, 5])`` / ``Discrete(5)`` (one criterion for every tool group:
+    G = 1) or of ``MultiDiscrete([3, 5, ..., 5])`` / ``MultiDiscrete([5, ..., 5])`` (a criterion per
+    agent tool group, in the env's ``agent_groups`` order). The widths tell them apart: a release
+    part makes the width 3 more than a multiple of 5."""
     nr, nc = len(RELEASE_LEVELS), len(CRITERIA)
-    if command.shape[1] == nr + nc:
-        return np.argmax(command[:, :nr], 1), command[:, nr:]
-    if command.shape[1] == nc:
-        return None, command
-    raise ValueError(f"fab_follow_command: a command of {command.shape[1]} values; it must be the one-hots of "
-                     f"MultiDiscrete([{nr}, {nc}]) (release level, criterion) or Discrete({nc}) (criterion)")
+    width = command.shape[1]
+    if width >= nr + nc and (width - nr) % nc == 0:
+        return np.argmax(command[:, :nr], 1), command[:, nr:].reshape(len(command), -1, nc)
+    if width >= nc and width % nc == 0:
+        return None, command.reshape(len(command), -1, nc)
+    raise ValueError(f"{who}: a command of {width} values; it must be the one-hots of MultiDiscrete([{nr}, {nc}]) "
+                     f"(release level, criterion), Discrete({nc}) (criterion), or either with a criterion per agent "
+                     f"tool group (MultiDiscrete([{nr}, {nc}, ..., {nc}]) or MultiDiscrete([{nc}, ..., {nc}]))")
+
+
+def _group_criteria(crit: np.ndarray, slots: np.ndarray, who: str) -> np.ndarray:
+    """``[B, 5]``: each decision's criterion one-hot, the deciding group's own when the command has
+    one per group (``slots``: the group's index among the agent groups, -1 when none decides)."""
+    if crit.shape[1] == 1:
+        return crit[:, 0]
+    if len(slots) and int(slots.max()) >= crit.shape[1]:
+        raise ValueError(f"{who}: the command has a criterion for {crit.shape[1]} tool groups but the env decides "
+                         f"for {int(slots.max()) + 1} or more; give the shift layer one criterion per agent group "
+                         "(action nvec [3] + [5] * G, G = the fab env's agent groups)")
+    return crit[np.arange(len(crit)), np.clip(slots, 0, None)]
+
+
+def criterion_weights(crit: np.ndarray) -> np.ndarray:
+    """``[B, 4]`` weights over the rules (fifo, spt, edd, cr) of criterion one-hots ``[B, 5]``:
+    the rule itself, or 'balanced', all four equally."""
+    return np.where(crit[:, -1:] > 0.5, np.full((len(crit), len(RULES)), 1.0 / len(RULES)), crit[:, :len(RULES)])
 
 
 @register_reward("fab_follow_command", vectorized=True)
@@ -107,10 +133,11 @@ def follow_command(command: np.ndarray, info, action=None, **_) -> float | np.nd
     """Dispatching layer: how well a decision followed the shift layer's command.
 
     The command is ``[release level (3) | criterion (5)]`` one-hot (criterion: fifo, spt, edd, cr,
-    balanced = all four equally). ``CRITERION_WEIGHT * (1 - rank of the chosen lot under the
-    criterion)`` (rank 0 = the criterion's first choice, 1 = its last, among the legal lots; read
-    from ``info["chosen_ranks"]``) ``+ RELEASE_WEIGHT`` if the decision's release level (its
-    action's second entry) is the commanded one.
+    balanced = all four equally), or with a criterion per agent tool group ``[3 | 5 x G]`` (the
+    deciding group's counts; ``info["group_slot"]``). ``CRITERION_WEIGHT * (1 - rank of the chosen
+    lot under the criterion)`` (rank 0 = the criterion's first choice, 1 = its last, among the legal
+    lots; read from ``info["chosen_ranks"]``) ``+ RELEASE_WEIGHT`` if the decision's release level
+    (its action's second entry) is the commanded one.
 
     One decision (``command [C]``, ``info`` its dict) -> float, or B (``[B, C]``, B dicts) -> ``[B]``."""
     command = np.asarray(command, np.float32)
@@ -118,7 +145,8 @@ def follow_command(command: np.ndarray, info, action=None, **_) -> float | np.nd
         act = None if action is None else np.asarray(action)[None]
         return float(follow_command(command[None], [info], action=act)[0])
     release, crit = _command_parts(command)
-    w = np.where(crit[:, -1:] > 0.5, np.full((len(crit), len(RULES)), 1.0 / len(RULES)), crit[:, :len(RULES)])
+    slots = np.fromiter((int(i.get("group_slot", -1)) for i in info), np.int64, len(info))
+    w = criterion_weights(_group_criteria(crit, slots, "fab_follow_command"))
     ranks = np.stack([np.asarray(i.get("chosen_ranks", np.zeros(len(RULES))), np.float64) for i in info]) \
         if len(info) else np.zeros((0, len(RULES)))
     out = CRITERION_WEIGHT * (1.0 - (w * ranks).sum(1))
@@ -127,6 +155,57 @@ def follow_command(command: np.ndarray, info, action=None, **_) -> float | np.nd
         if a.shape[1] >= 2:
             out = out + RELEASE_WEIGHT * (a[:, 1].astype(np.int64) == release)
     return out.astype(np.float32)
+
+
+@vectorized_teacher
+def command_teacher(env, copies: np.ndarray, members: list, command: np.ndarray | None, **_) -> np.ndarray:
+    """``teacher.policy`` of a dispatching layer under a shift layer (kickstarting, or
+    ``schedule: {mode: scripted}``): each copy's action that carries out its command. The lot is the
+    commanded criterion's first choice for the deciding tool group (for 'balanced', the lowest mean
+    rank under the four rules); the release level, where the env controls it, the commanded one
+    (else the current). ``env``: hdppo's vector of :class:`FabEnv` copies."""
+    if command is None:
+        raise ValueError("fab command_teacher: the layer has no command; it must sit under a shift layer whose "
+                         f"action is MultiDiscrete([{len(RELEASE_LEVELS)}, {len(CRITERIA)}]) or one criterion per "
+                         "agent tool group")
+    release, crit = _command_parts(np.asarray(command, np.float32), "fab command_teacher")
+    fabs = [getattr(env.copy_env(int(n)), "unwrapped", env.copy_env(int(n))) for n in copies]
+    slots = np.array([int(f._slot_of_group[f.decision.group]) if f.decision is not None else -1 for f in fabs],
+                     np.int64)
+    w = criterion_weights(_group_criteria(crit, slots, "fab command_teacher"))
+    width = 2 if fabs and fabs[0].release_control else 1
+    out = np.zeros((len(fabs), width), np.float32)
+    for i, f in enumerate(fabs):
+        if f.decision is not None and len(f.slots):
+            score = f.slot_ranks[:len(f.slots)] @ w[i]     # the criterion's rank of each candidate
+            pick = int(np.argmin(score))
+            if f.action == "rule":  # the commanded rule itself ('balanced' has none: cr, the best single rule)
+                pick = int(np.argmax(w[i])) if w[i].max() > 0.5 else RULES.index("cr")
+            out[i, 0] = pick
+        if width == 2:
+            out[i, 1] = f.release_level if release is None else int(release[i])
+    return out
+
+
+def shift_teacher(raw_obs, members, env, rule: str = "cr", release: int = 1, per_group: bool = True,
+                  groups: dict[str, str] | None = None) -> np.ndarray:
+    """``teacher.policy`` of a shift layer (kickstarting): a fixed command, ``rule`` for every tool
+    group (or, where ``groups`` names a group, that group's rule) at release level ``release``
+    (0, 1, 2: x0.8, x1.0, x1.2; left out of the command when the env has no ``release_control``).
+    ``per_group``: one criterion per agent group (``nvec [3] + [5] * G``), else one for all
+    (``[3, 5]``). Starts the shift layer at the best single rule rather than at random criteria."""
+    fab_env: FabEnv = getattr(env, "unwrapped", env)
+    names = [fab_env.model.data.groups[g] for g in fab_env.agent_group_ids]
+    for r in [rule, *(groups or {}).values()]:
+        if r not in CRITERIA:
+            raise EnvError(f"fab shift_teacher: criterion {r!r}; use one of {list(CRITERIA)}.")
+    crit = [CRITERIA.index((groups or {}).get(n, rule)) for n in names] if per_group else [CRITERIA.index(rule)]
+    return np.array(([int(release)] if fab_env.release_control else []) + crit, np.int64)
+
+
+def shift_observation(env_obs, members, env) -> np.ndarray:
+    """``observation.source`` of a shift layer: the whole fab (:meth:`FabEnv.shift_observation`)."""
+    return getattr(env, "unwrapped", env).shift_observation()
 
 
 def log_history(history: np.ndarray, logdir: str | Path, tag: str = "fab", step_unit: str = "hour") -> Path:
