@@ -78,6 +78,11 @@ def test_simulator_invariants_conservation_tools_batches():
         for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
             assert b0 >= a1 - 1e-9
     assert batches > 0
+    # The end-of-horizon figures: the lots still in the fab, and those of them past due.
+    left = np.flatnonzero(states != fsim.DONE)
+    summary = s.summary()
+    assert summary["wip_end"] == len(left) > 0
+    assert summary["late_wip_end"] == int((s.due[left] < s.now).sum()) > 0
 
 
 def test_batches_respect_min_and_max():

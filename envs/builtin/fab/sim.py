@@ -590,5 +590,8 @@ class FabSim:
                 "throughput_wafers_per_day": st.completed_wafers / days,
                 "completed": float(st.completed), "released": float(st.released),
                 "mean_wip": st.wip_area / max(self.now, 1e-9), "late_lot_hours": st.late_area / 60.0,
+                # Lots still in the fab and past due when the horizon ends: their tardiness is in no
+                # mean above, so a dispatcher that holds late lots back would look better than it is.
+                "late_wip_end": float(self.n_late), "wip_end": float(self.n_wip),
                 "decisions": float(st.decisions), "agent_decisions": float(st.agent_decisions),
                 "events": float(st.events), "sim_days": self.now / 1440.0}
