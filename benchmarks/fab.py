@@ -61,7 +61,7 @@ def sim_seed(env_seed: int) -> int:
     return int(rng.integers(2 ** 31))
 
 
-def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None) -> dict:
+def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None, crn: bool = False) -> dict:
     from hdppo.envs.builtin.fab import RULES, FabSim, build_model, get_scenario, log_history
 
     model = build_model(get_scenario(scenario, days))
@@ -70,7 +70,7 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
         runs = []
         t0 = time.perf_counter()
         for s in seeds:
-            sim = FabSim(model, seed=sim_seed(s), default_rule=rule)
+            sim = FabSim(model, seed=sim_seed(s), default_rule=rule, crn=crn)
             sim.run(rule)
             runs.append(sim.summary())
             if tb is not None and s == seeds[0]:
@@ -82,7 +82,8 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
     return out
 
 
-def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None) -> dict:
+def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None,
+               crn: bool = False) -> dict:
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
     from hdppo.platform.config import load_config, validate
     from hdppo.platform.evaluation import evaluate_episodes
@@ -91,8 +92,10 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
     if cfg is None:
         raise SystemExit(f"{run_dir}: no config.yaml; pass a run folder of `hdppo train`")
     data = cfg.model_dump(mode="json")
-    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario,
+    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario, crn=crn,
                                  **({"days": days} if days is not None else {}))
+    if not crn:   # a run trained against a reference rule keeps it only where the draws are common
+        data["env"]["kwargs"].pop("reference_rule", None)
     cfg = validate(data)
     ckpts = sorted((run_dir / "checkpoints").glob("*")) if (run_dir / "checkpoints").is_dir() else []
     if not ckpts:
@@ -113,15 +116,16 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
             **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
 
-def run_group_rules(scenario: str, days: float | None, seeds: list[int], search_seeds: list[int]) -> dict:
+def run_group_rules(scenario: str, days: float | None, seeds: list[int], search_seeds: list[int],
+                    crn: bool = False) -> dict:
     """A rule per tool group, searched on ``search_seeds`` (disjoint from ``seeds``), then played on
     ``seeds`` through the env (``action='rule'``), which resets each with the rules' sim seed."""
     from hdppo.envs.builtin.fab import FabEnv, group_rule_policy, play, search_group_rules
 
     t0 = time.perf_counter()
-    assign, searched = search_group_rules(scenario, search_seeds, days=days,
+    assign, searched = search_group_rules(scenario, search_seeds, days=days, crn=crn,
                                           log=lambda m: print(f"{scenario} group rules: {m}", flush=True))
-    env = FabEnv(scenario=scenario, days=days, action="rule")
+    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn)
     pol = group_rule_policy(assign)
     runs = [play(env, pol, seed=s) for s in seeds]
     return {"runs": runs, "assignment": assign, "search_seeds": search_seeds, "search_tardiness_h": searched,
@@ -143,7 +147,8 @@ def render(report: dict) -> str:
              "tardiness is in no mean: holding late lots back, or releasing less near the end, shows there). "
              "Testbed: Kopp, Hassoun, Kalir, Mönch, SMT2020, IEEE TSM 33(4), 2020.", ""]
     for sc, block in report["scenarios"].items():
-        lines += [f"## {sc} ({block['days']:g} simulated days, {block['n_seeds']} seeds from {block['seed0']})", "",
+        crn = ", common random numbers" if block.get("crn") else ""
+        lines += [f"## {sc} ({block['days']:g} simulated days, {block['n_seeds']} seeds from {block['seed0']}{crn})", "",
                   "| dispatcher | mean tardiness (h) | tardy fraction | mean cycle time (h) | throughput (lots/day) "
                   "| lots released | late lots in the fab at the end |",
                   "|---|---|---|---|---|---|---|"]
@@ -180,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also search a rule per tool group (on --search-seeds seeds from 500) and evaluate it")
     p.add_argument("--search-seeds", type=int, default=10)
     p.add_argument("--tb", default=None, help="write the first seed's run of each rule as TensorBoard scalars here")
+    p.add_argument("--crn", action="store_true",
+                   help="common random numbers (FabSim(crn=True)): every dispatcher sees the same breakdowns and "
+                        "process times on a seed, so the paired differences measure the dispatching")
     p.add_argument("--out", default=str(HERE / "results" / "fab"))
     args = p.parse_args(argv)
     days = {k: float(v) for k, v in (kv.split("=") for kv in args.days.split(",") if kv)}
@@ -193,11 +201,12 @@ def main(argv: list[str] | None = None) -> int:
 
     for sc in args.scenarios.split(","):
         d = days.get(sc)
-        rules = run_rules(sc, d, seeds, Path(args.tb) if args.tb else None)
+        rules = run_rules(sc, d, seeds, Path(args.tb) if args.tb else None, crn=args.crn)
         best = min(rules, key=lambda r: rules[r]["mean_tardiness_h"]["mean"])
         rows = {r: {m: v[m] for m in METRICS} for r, v in rules.items()}
         rows[f"best rule ({best})"] = rows[best]
         block = {"days": get_scenario(sc, d).days, "n_seeds": len(seeds), "seed0": args.seed0, "best_rule": best,
+                 "crn": bool(args.crn),
                  "rows": rows, "rule_runs": {r: v["runs"] for r, v in rules.items()}, "verdicts": {}}
         groups = None
         if args.group_rules:
@@ -205,12 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             if set(search) & set(seeds):
                 raise SystemExit(f"--search-seeds: seeds 500-{499 + args.search_seeds} overlap the evaluation seeds "
                                  f"{seeds[0]}-{seeds[-1]}; pick --seed0 above them")
-            groups = run_group_rules(sc, d, seeds, search)
+            groups = run_group_rules(sc, d, seeds, search, crn=args.crn)
             rows["per-group rules (searched)"] = {m: groups[m] for m in METRICS}
             block["group_rules"] = {k: groups[k] for k in ("assignment", "search_seeds", "search_tardiness_h", "runs")}
         for spec in args.policy:
             name, _, run_dir = spec.partition("=")
-            res = run_policy(Path(run_dir), sc, d, seeds, None)
+            res = run_policy(Path(run_dir), sc, d, seeds, None, crn=args.crn)
             rows[f"{name} (trained)"] = {m: res[m] for m in METRICS}
             bt, bq = rules[best]["mean_tardiness_h"]["mean"], rules[best]["throughput_lots_per_day"]["mean"]
             pt, pq = res["mean_tardiness_h"]["mean"], res["throughput_lots_per_day"]["mean"]

@@ -85,6 +85,70 @@ def test_simulator_invariants_conservation_tools_batches():
     assert summary["late_wip_end"] == int((s.due[left] < s.now).sum()) > 0
 
 
+def test_one_stream_results_stay_as_recorded():
+    """crn=False keeps the single random stream in event order that every recorded fab result
+    used: a seed's figures must not move (the draws' order is part of the results)."""
+    r = fab.run_rule("hvlm_mini", "cr", seed=123, days=3.0)
+    assert r["late_lot_hours"] == pytest.approx(80.14764626404572, rel=1e-12) and r["completed"] == 21
+
+
+def _drawn(rule: str, crn: bool, days: float = 3.0):
+    """Every processing time and tool down-time a run drew, keyed by what it was for."""
+    model, s = _sim(days=days, seed=11, check=False, crn=crn)
+    times, downs = {}, {}
+    lot_time, go_down = s._lot_time, s._go_down
+
+    def spy_time(lot, R, st):
+        out = lot_time(lot, R, st)
+        times[(lot, st, s.visits[lot])] = out[0]
+        return out
+
+    def spy_down(tool, dur):
+        downs.setdefault(tool, []).append(round(dur, 9))
+        go_down(tool, dur)
+    s._lot_time, s._go_down = spy_time, spy_down
+    s.run(rule)
+    return times, downs
+
+
+def test_common_random_numbers_give_two_dispatchers_the_same_dice():
+    """With crn, cr and edd on one seed draw the same processing time for a lot at a step and the
+    same repair and PM durations per tool (in each tool's order); with the one stream most differ."""
+    for crn in (True, False):
+        (t1, d1), (t2, d2) = _drawn("cr", crn), _drawn("edd", crn)
+        shared = set(t1) & set(t2)
+        same = sum(t1[k] == t2[k] for k in shared) / len(shared)
+        tools = [tl for tl in set(d1) & set(d2)]
+        first_same = sum(d1[tl][0] == d2[tl][0] for tl in tools) / len(tools)
+        assert len(shared) > 100 and len(tools) > 5
+        if crn:
+            assert same == 1.0 and first_same == 1.0
+        else:
+            assert same < 0.5 and first_same < 0.5
+
+
+def test_reference_rule_reward_is_relative_to_the_same_seed():
+    """reference_rule: the reward is the agent's minus the reference rule's on the same seed and
+    clock, so playing the reference rule itself earns 0 at every step and the episode's late
+    lot-hours equal the reference run's; another rule earns the difference."""
+    for rule in ("cr", "edd"):
+        env = fab.FabEnv(days=1.5, crn=True, reference_rule="cr")
+        env.reset(seed=5)
+        rewards, done = [], False
+        while not done:
+            _, r, term, trunc, info = env.step(env.rule_action(rule))
+            rewards.append(r)
+            done = term or trunc
+        ours, ref = info["episode"]["late_lot_hours"], env.reference.summary()["late_lot_hours"]
+        if rule == "cr":
+            assert max(abs(r) for r in rewards) < 1e-12 and ours == pytest.approx(ref)
+        else:
+            assert ours != pytest.approx(ref)
+        assert sum(rewards) == pytest.approx(-env.reward_scale * (ours - ref), rel=1e-6)
+    with pytest.raises(EnvError, match="reference_rule='cr'.*crn=True"):
+        fab.FabEnv(reference_rule="cr")
+
+
 def test_batches_respect_min_and_max():
     model, s = _sim(days=2.0, batch_wait=1e9)   # no partial batches
     orig = s.dispatch

@@ -1,6 +1,7 @@
 """The Gymnasium env over :class:`.sim.FabSim`: one step is one dispatching decision."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -44,12 +45,17 @@ class FabEnv(gym.Env):
                  k: int = 8, noise: bool = True, breakdowns: bool = True, default_rule: str = "fifo",
                  agent_groups: str | list[str] = "all", release_control: bool = False, hot_first: bool = True,
                  batch_wait: float = 240.0, reward_scale: float = 0.01, record_every: float = 60.0,
-                 data_dir: str | None = None, render_mode: str | None = None, action: str = "slot"):
+                 data_dir: str | None = None, render_mode: str | None = None, action: str = "slot",
+                 crn: bool = False, reference_rule: str | None = None):
         if action not in ACTIONS:
             raise EnvError(f"fab action={action!r}: use 'slot' (the agent picks one of the K candidate lots) or 'rule' "
                            f"(it picks which of {list(RULES)} chooses the lot).")
         if default_rule not in RULES:
             raise EnvError(f"fab default_rule={default_rule!r}: use one of {list(RULES)}.")
+        if reference_rule is not None and (reference_rule not in RULES or not crn):
+            raise EnvError(f"fab reference_rule={reference_rule!r}: use one of {list(RULES)}, with crn=True (the "
+                           "reference run must see the same breakdowns and process times as the agent's, or the "
+                           "difference of their rewards is mostly noise).")
         if not (isinstance(k, int) and k >= 2):
             raise EnvError(f"fab k={k!r}: the number of candidate slots must be an integer >= 2.")
         if render_mode is not None:
@@ -66,6 +72,8 @@ class FabEnv(gym.Env):
         # The choices of one decision: the K candidate slots, or the rules (each always has a pick).
         self.n_choices = k if action == "slot" else len(RULES)
         self.default_rule, self.hot_first, self.batch_wait = default_rule, hot_first, batch_wait
+        self.crn, self.reference_rule = bool(crn), reference_rule
+        self.reference: FabSim | None = None
         self.release_control, self.reward_scale, self.record_every = release_control, reward_scale, record_every
         groups = self.model.data.groups
         used = [int(g) for g in self.model.used_groups if not self.model.delay[g]]
@@ -106,10 +114,15 @@ class FabEnv(gym.Env):
         self._seeds = (seed, sim_seed)
         self.sim = FabSim(self.model, seed=sim_seed, noise=self.noise, breakdowns=self.breakdowns,
                           default_rule=self.default_rule, agent_groups=self.agent_mask, hot_first=self.hot_first,
-                          batch_wait=self.batch_wait, record_every=self.record_every)
+                          batch_wait=self.batch_wait, record_every=self.record_every, crn=self.crn)
+        if self.reference_rule is not None:   # the same seed under one rule, kept at the agent's clock
+            self.reference = FabSim(self.model, seed=sim_seed, noise=self.noise, breakdowns=self.breakdowns,
+                                    default_rule=self.reference_rule, hot_first=self.hot_first,
+                                    batch_wait=self.batch_wait, record_every=math.inf, crn=True)
         self.release_level = 1
         self._max_queue = 0
         self._last = self._totals()
+        self._last_ref = self._totals(self.reference) if self.reference is not None else None
         self.decision = self.sim.advance()
         obs = self._observe()
         return obs, self._info(None)
@@ -135,6 +148,15 @@ class FabEnv(gym.Env):
         now = self._totals()
         d = now - self._last
         self._last = now
+        if self.reference is not None:
+            # Reward relative to the reference rule on the same seed over the same simulated time:
+            # a control variate (with common random numbers the two runs share the seed's luck,
+            # so the difference is mostly the agent's doing); over an episode the reference's part
+            # sums to a constant of the seed.
+            self.reference.advance(until=self.sim.now if self.decision is not None else None)
+            ref = self._totals(self.reference)
+            d = d - (ref - self._last_ref)
+            self._last_ref = ref
         w = self.weights
         reward = self.reward_scale * (-w["tardiness"] * d[0] / 60.0 - w["cycle_time"] * d[1] / 60.0) + w["throughput"] * d[2]
         terminated = self.decision is None
@@ -148,8 +170,8 @@ class FabEnv(gym.Env):
         return obs, float(reward), terminated, False, info
 
     # ------------------------------------------------------------------ views
-    def _totals(self) -> np.ndarray:
-        st = self.sim.stats  # type: ignore[union-attr]
+    def _totals(self, sim: FabSim | None = None) -> np.ndarray:
+        st = (sim if sim is not None else self.sim).stats  # type: ignore[union-attr]
         return np.array([st.late_area, st.wip_area, st.completed], np.float64)
 
     def _observe(self) -> dict[str, np.ndarray]:

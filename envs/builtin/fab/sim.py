@@ -42,6 +42,26 @@ ARRIVE, FINISH, FREE, RELEASE, DOWN, UP, PM, CHECK = range(8)
 WAITING, QUEUED, BUSY, DONE = 0, 1, 2, 3
 T_IDLE, T_BUSY, T_DOWN = 0, 1, 2
 DELAY_TOOLS = 100   # a group with at least this many tools is a pure delay (no queue, no decision)
+# What a keyed draw is for (common random numbers, FabSim(crn=True)).
+D_TIME, D_SAMPLE, D_REWORK, D_MOVE, D_FIRST_DOWN, D_UP, D_DOWN, D_PM = range(1, 9)
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: a bijection of 64-bit integers that scatters nearby inputs."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def keyed_uniform(seed: int, *key: int) -> float:
+    """A uniform in [0, 1) that depends only on ``seed`` and ``key`` (counter-based: no stream, so
+    no draw depends on how many other draws came before it)."""
+    x = seed & _M64
+    for v in key:
+        x = _mix64(x ^ (v & _M64))
+    return (x >> 11) * (1.0 / (1 << 53))
 
 
 @dataclass
@@ -148,9 +168,19 @@ class FabSim:
 
     def __init__(self, model: Model, seed: int | None = None, noise: bool = True, breakdowns: bool = True,
                  default_rule: str = "fifo", agent_groups: np.ndarray | None = None, hot_first: bool = True,
-                 batch_wait: float = 240.0, record_every: float = 60.0, check: bool = False):
+                 batch_wait: float = 240.0, record_every: float = 60.0, check: bool = False, crn: bool = False):
         self.m = model
         self.rng = np.random.default_rng(seed)
+        # Common random numbers: with ``crn`` every random quantity is keyed by what it is for
+        # (a lot's processing time at a step, its transport, sampling and rework; a tool's k-th
+        # breakdown, repair and PM), not drawn from one stream in event order. Two runs of a seed
+        # under different dispatching then see the same breakdowns and the same process times,
+        # so their difference is the dispatching's, not the dice's (a paired comparison, and a
+        # control variate for learning). Off by default: the recorded results used one stream.
+        self.crn = bool(crn)
+        self._crn_seed = int(self.rng.integers(2 ** 62)) if self.crn else 0
+        self.visits: list[int] = []   # per lot: reworks so far (a repeated step draws anew)
+        self._tool_draws: dict[tuple[int, int], int] = {}
         self._ubuf: list[float] = []
         self.noise, self.breakdowns, self.hot_first = noise, breakdowns, hot_first
         self.default_rule = default_rule
@@ -209,11 +239,26 @@ class FabSim:
             self._ubuf = self.rng.random(8192).tolist()
         return self._ubuf.pop()
 
-    def _uniform(self, mean: float, half: float) -> float:
-        return mean + half * (2.0 * self._u() - 1.0) if (self.noise and half > 0) else mean
+    def _draw(self, *key: int) -> float:
+        """A uniform in [0, 1): the next of the shared stream, or with ``crn`` the one ``key`` names."""
+        return keyed_uniform(self._crn_seed, *key) if self.crn else self._u()
 
-    def _exp(self, mean: float) -> float:
-        return -mean * math.log(1.0 - self._u())
+    def _tool_draw(self, what: int, tool: int, j: int = 0) -> float:
+        """A tool's next draw for ``what`` (its k-th breakdown, repair, or PM ``j``)."""
+        if not self.crn:
+            return self._u()
+        k = self._tool_draws.get((what, tool * 64 + j), 0)
+        self._tool_draws[(what, tool * 64 + j)] = k + 1
+        return keyed_uniform(self._crn_seed, what, tool, j, k)
+
+    def _uniform(self, mean: float, half: float, u=None) -> float:
+        """``mean`` +- ``half``, uniform; ``u`` a callable giving the uniform (default the stream)."""
+        if not (self.noise and half > 0):
+            return mean
+        return mean + half * (2.0 * (u() if u is not None else self._u()) - 1.0)
+
+    def _exp(self, mean: float, u: float) -> float:
+        return -mean * math.log(1.0 - u)
 
     # ------------------------------------------------------------------ setup
     def _push(self, t: float, kind: int, a: int = 0, b: float = 0.0) -> None:
@@ -237,7 +282,7 @@ class FabSim:
             bd = m.data.breakdowns.get(m.data.area[g])
             for k, t in enumerate(tools):
                 if bd is not None:
-                    self._push(self._exp(bd[2]), DOWN, t, -1.0)
+                    self._push(self._exp(bd[2], self._tool_draw(D_FIRST_DOWN, t)), DOWN, t, -1.0)
                 for j, (by_pieces, every, dur, spread, first) in enumerate(m.data.pms.get(g, [])):
                     if by_pieces:
                         self.pm_counter[(t, j)] = (every - first + k * every / n) % every
@@ -259,6 +304,7 @@ class FabSim:
         self.pieces.append(pieces)
         self.state.append(WAITING)
         self.start.append(start)
+        self.visits.append(0)
         self.due_l.append(due)
         self.due[i], self.prio[i] = due, prio
         self.n_wip += 1
@@ -294,7 +340,7 @@ class FabSim:
     # ------------------------------------------------------------------ lots
     def _lot_time(self, lot: int, R: dict, s: int) -> tuple[float, float]:
         """(lot's processing time, tool hold time) of one lot at step s, without load/setup."""
-        u = self._uniform(R["ptime"][s], R["pspread"][s])
+        u = self._uniform(R["ptime"][s], R["pspread"][s], lambda: self._draw(D_TIME, lot, s, self.visits[lot]))
         per = R["per"][s]
         if per == PER_PIECE:
             pint = R["pint"][s]
@@ -311,7 +357,7 @@ class FabSim:
         n = R["n"]
         if skip_sampled:
             sample = R["sample"]
-            while s < n and sample[s] < 1.0 and self._u() >= sample[s]:
+            while s < n and sample[s] < 1.0 and self._draw(D_SAMPLE, lot, s, self.visits[lot]) >= sample[s]:
                 s += 1
         self.step[lot] = s
         if s >= n:
@@ -351,8 +397,9 @@ class FabSim:
     def _finish(self, lot: int) -> None:
         R = self.m.L[self.part[lot]]
         s = self.step[lot]
-        if R["rwp"][s] > 0 and R["rwto"][s] >= 0 and self._u() < R["rwp"][s]:
+        if R["rwp"][s] > 0 and R["rwto"][s] >= 0 and self._draw(D_REWORK, lot, s, self.visits[lot]) < R["rwp"][s]:
             self.step[lot] = R["rwto"][s]
+            self.visits[lot] += 1
         else:
             self.step[lot] = s + 1
         self.state[lot] = WAITING
@@ -360,7 +407,7 @@ class FabSim:
             self._complete(lot)
             return
         d, spread = self.m.data.transport
-        self._push(self.now + self._uniform(d, spread), ARRIVE, lot)
+        self._push(self.now + self._uniform(d, spread, lambda: self._draw(D_MOVE, lot, s, self.visits[lot])), ARRIVE, lot)
 
     # ------------------------------------------------------------------ rules and legality
     def keys(self, lots: np.ndarray) -> dict[str, np.ndarray]:
@@ -476,11 +523,11 @@ class FabSim:
                     self.pm_counter[key] += wafers
                     if self.pm_counter[key] >= spec[1]:
                         self.pm_counter[key] -= spec[1]
-                        self.tool_pending[tool].append(self._pm_duration(g, j))
+                        self.tool_pending[tool].append(self._pm_duration(g, j, tool))
 
-    def _pm_duration(self, g: int, j: int) -> float:
+    def _pm_duration(self, g: int, j: int, tool: int) -> float:
         _, _, dur, spread, _ = self.m.data.pms[g][j]
-        return self._uniform(dur, spread)
+        return self._uniform(dur, spread, lambda: self._tool_draw(D_PM, tool, j))
 
     def _go_down(self, tool: int, dur: float) -> None:
         g = self.tool_group[tool]
@@ -503,11 +550,11 @@ class FabSim:
         g = self.tool_group[tool]
         if which < 0:   # breakdown
             mttf, mttr, _ = self.m.data.breakdowns[self.m.data.area[g]]
-            dur = self._exp(mttr)
-            self._push(self.now + dur + self._exp(mttf), DOWN, tool, -1.0)
+            dur = self._exp(mttr, self._tool_draw(D_UP, tool))
+            self._push(self.now + dur + self._exp(mttf, self._tool_draw(D_DOWN, tool)), DOWN, tool, -1.0)
         else:           # calendar PM
             j = int(which)
-            dur = self._pm_duration(g, j)
+            dur = self._pm_duration(g, j, tool)
             self._push(self.now + self.m.data.pms[g][j][1], PM, tool, which)
         if self.tool_state[tool] == T_IDLE:
             self.idle_tools[g].remove(tool)
@@ -529,11 +576,12 @@ class FabSim:
             self._to_step(lot)
         self._push(self.now + o["interval"] / self.rate, RELEASE, k)
 
-    def advance(self, rule: str | None = None) -> Decision | None:
+    def advance(self, rule: str | None = None, until: float | None = None) -> Decision | None:
         """Run until a decision is due at an agent group with two or more legal lots (returned),
-        taking every other decision with ``rule`` (default: ``default_rule``); None at the horizon."""
+        taking every other decision with ``rule`` (default: ``default_rule``); None at the horizon,
+        or at time ``until`` if that comes first (events at ``until`` and later wait for the next call)."""
         rule = rule or self.default_rule
-        events, horizon = self.events, self.m.horizon
+        events, horizon = self.events, self.m.horizon if until is None else min(self.m.horizon, until)
         agent = self.agent_groups
         while True:
             while self.dirty:
