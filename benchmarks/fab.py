@@ -116,18 +116,30 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
             **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
 
+def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign: dict[str, str],
+                     crn: bool = False) -> dict:
+    """A given rule per tool group (cr at the groups it does not name), played on ``seeds``."""
+    from hdppo.envs.builtin.fab import FabEnv, group_rule_policy, play
+
+    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn)
+    names = {env.model.data.groups[g] for g in env.agent_group_ids}
+    unknown = sorted(set(assign) - names)
+    if unknown:
+        raise SystemExit(f"--assignment: {unknown} are not agent tool groups of {scenario}; use some of {sorted(names)}")
+    runs = [play(env, group_rule_policy(assign), seed=s) for s in seeds]
+    return {"runs": runs, **{m: stat([r[m] for r in runs]) for m in METRICS}}
+
+
 def run_group_rules(scenario: str, days: float | None, seeds: list[int], search_seeds: list[int],
                     crn: bool = False) -> dict:
     """A rule per tool group, searched on ``search_seeds`` (disjoint from ``seeds``), then played on
     ``seeds`` through the env (``action='rule'``), which resets each with the rules' sim seed."""
-    from hdppo.envs.builtin.fab import FabEnv, group_rule_policy, play, search_group_rules
+    from hdppo.envs.builtin.fab import search_group_rules
 
     t0 = time.perf_counter()
     assign, searched = search_group_rules(scenario, search_seeds, days=days, crn=crn,
                                           log=lambda m: print(f"{scenario} group rules: {m}", flush=True))
-    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn)
-    pol = group_rule_policy(assign)
-    runs = [play(env, pol, seed=s) for s in seeds]
+    runs = play_group_rules(scenario, days, seeds, assign, crn=crn)["runs"]
     return {"runs": runs, "assignment": assign, "search_seeds": search_seeds, "search_tardiness_h": searched,
             "wall_s": time.perf_counter() - t0, **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
@@ -164,6 +176,10 @@ def render(report: dict) -> str:
                          f"{g['search_seeds'][0]}-{g['search_seeds'][-1]}, none of them evaluated here): "
                          + ", ".join(f"{k} {v}" for k, v in g["assignment"].items() if v != "cr")
                          + (" (cr elsewhere)." if any(v == "cr" for v in g["assignment"].values()) else "."))
+        for name, v in block.get("assignments", {}).items():
+            lines.append(f"{name}: " + ", ".join(f"{k} {r}" for k, r in v["assignment"].items())
+                         + f" (cr elsewhere); paired difference to {block['best_rule']} per seed "
+                         f"{fmt(v['paired_tardiness_diff_h'])} h.")
         for name, v in block.get("verdicts", {}).items():
             lines.append(f"{name}: tardiness {v['tardiness_change']:+.1%} vs the best rule (target <= -15%; paired "
                          f"difference per seed {fmt(v['paired_tardiness_diff_h'])} h), "
@@ -184,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-rules", action="store_true",
                    help="also search a rule per tool group (on --search-seeds seeds from 500) and evaluate it")
     p.add_argument("--search-seeds", type=int, default=10)
+    p.add_argument("--assignment", action="append", default=[],
+                   help="NAME=GROUP:RULE,GROUP:RULE,... (repeatable): play a given rule per tool group (cr elsewhere), "
+                        "e.g. one that an earlier --group-rules search found")
     p.add_argument("--tb", default=None, help="write the first seed's run of each rule as TensorBoard scalars here")
     p.add_argument("--crn", action="store_true",
                    help="common random numbers (FabSim(crn=True)): every dispatcher sees the same breakdowns and "
@@ -217,6 +236,19 @@ def main(argv: list[str] | None = None) -> int:
             groups = run_group_rules(sc, d, seeds, search, crn=args.crn)
             rows["per-group rules (searched)"] = {m: groups[m] for m in METRICS}
             block["group_rules"] = {k: groups[k] for k in ("assignment", "search_seeds", "search_tardiness_h", "runs")}
+        for spec in args.assignment:
+            name, _, pairs = spec.partition("=")
+            try:
+                assign = dict(pair.split(":", 1) for pair in pairs.split(",") if pair)
+            except ValueError:
+                raise SystemExit(f"--assignment {spec!r}: give NAME=GROUP:RULE,GROUP:RULE,...") from None
+            given = play_group_rules(sc, d, seeds, assign, crn=args.crn)
+            rows[f"{name} (given per-group rules)"] = {m: given[m] for m in METRICS}
+            paired = stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(given["runs"], rules[best]["runs"])])
+            block.setdefault("assignments", {})[name] = {"assignment": assign, "paired_tardiness_diff_h": paired,
+                                                         "runs": given["runs"]}
+            print(f"{sc} {name}: tardiness {given['mean_tardiness_h']['mean']:.2f} h, paired vs {best} "
+                  f"{paired['mean']:+.2f} ± {paired['ci95']:.2f} h", flush=True)
         for spec in args.policy:
             name, _, run_dir = spec.partition("=")
             res = run_policy(Path(run_dir), sc, d, seeds, None, crn=args.crn)
