@@ -331,3 +331,28 @@ def test_skirmish_benchmark_trains_and_evaluates_against_each_opponent(tmp_path)
     assert all(e["games"] == 4 for e in evals)
     md = out.with_suffix(".md").read_text()
     assert "control (scripted)" in md and "| focus_no_overkill |" in md and "(other opponent)" in md
+
+
+def test_fab_benchmark_with_common_random_numbers_and_a_given_assignment(tmp_path):
+    """benchmarks/fab.py --crn --assignment on a half-day fab: the rules and the given per-group
+    map are paired per seed (a map that names no group plays cr, so its difference is exactly 0),
+    and a group the fab does not have is refused by name."""
+    import fab as fab_bench
+
+    out = tmp_path / "fab"
+    fab_bench.main(["--seeds", "2", "--days", "hvlm_mini=0.5", "--crn", "--assignment", "all_cr=",
+                    "--assignment", "litho_edd=Litho_FE_98:edd", "--out", str(out)])
+    report = json.loads(out.with_suffix(".json").read_text())
+    block = report["scenarios"]["hvlm_mini"]
+    assert block["crn"] and block["best_rule"] in ("fifo", "spt", "edd", "cr")
+    same = block["assignments"]["all_cr"]["paired_tardiness_diff_h"]
+    cr_rows = block["rule_runs"]["cr"]
+    if block["best_rule"] == "cr":
+        assert same["mean"] == pytest.approx(0.0, abs=1e-9)
+    assert [r["mean_tardiness_h"] for r in block["assignments"]["all_cr"]["runs"]] == \
+        pytest.approx([r["mean_tardiness_h"] for r in cr_rows])
+    md = out.with_suffix(".md").read_text()
+    assert "common random numbers" in md and "litho_edd (given per-group rules)" in md
+    with pytest.raises(SystemExit, match="NoSuchGroup"):
+        fab_bench.main(["--seeds", "1", "--days", "hvlm_mini=0.5", "--assignment", "x=NoSuchGroup:edd",
+                        "--out", str(tmp_path / "bad")])
