@@ -170,6 +170,9 @@ def render(report: dict) -> str:
                          f"{fmt(r.get('released', {}), 1)} | {fmt(r.get('late_wip_end', {}), 1)} |")
         lines.append("")
         lines.append(f"Best rule: **{block['best_rule']}**.")
+        if not block.get("crn"):
+            lines.append("One random stream (no `--crn`): two dispatchers on a seed share its draws only until their "
+                         "first different decision, so the paired differences below are loose; `--crn` pairs them.")
         if "group_rules" in block:
             g = block["group_rules"]
             lines.append(f"Per-group rules (a rule per tool group, coordinate descent on the mean tardiness of seeds "
