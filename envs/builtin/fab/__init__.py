@@ -71,8 +71,8 @@ def make_env(**kwargs) -> FabEnv:
     return FabEnv(**kwargs)
 
 
-__all__ = ["CRITERIA", "FAB_FEATURES", "GROUP_FEATURES", "FABS", "command_teacher", "criterion_weights",
-           "shift_observation", "shift_teacher", "FabData", "FabEnv", "FabSim", "Model", "OBJECTIVES", "RELEASE_LEVELS", "RULES",
-           "SCENARIOS", "SLOT_FEATURES", "Scenario", "build_model", "describe", "follow_command", "get_scenario",
-           "group_rule_policy", "load_fab", "log_history", "make_env", "play", "rule_teacher", "run_rule",
-           "search_group_rules"]
+__all__ = ["build_model", "command_teacher", "CRITERIA", "criterion_weights", "describe", "FAB_FEATURES", "FabData",
+           "FabEnv", "FABS", "FabSim", "follow_command", "get_scenario", "GROUP_FEATURES", "group_rule_policy",
+           "load_fab", "log_history", "make_env", "Model", "OBJECTIVES", "play", "RELEASE_LEVELS", "rule_teacher",
+           "RULES", "run_rule", "Scenario", "SCENARIOS", "search_group_rules", "shift_observation", "shift_teacher",
+           "SLOT_FEATURES"]

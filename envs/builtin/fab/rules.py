@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import EnvError
-from ...teachers import vectorized_teacher
 from ...rewards import register_reward
+from ...teachers import vectorized_teacher
 from .env import RELEASE_LEVELS, FabEnv
 from .scenarios import build_model, get_scenario
 from .sim import RULES, FabSim
