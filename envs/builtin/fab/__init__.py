@@ -36,8 +36,9 @@ taking every decision, :meth:`FabEnv.rule_action` gives a rule's slot in the env
 runs an episode with a rule or a policy): ``fifo``, ``spt`` (shortest processing time),
 ``edd`` (earliest due date), ``cr`` (critical ratio); hot lots first (``hot_first``).
 :func:`search_group_rules` tunes a rule per tool group (coordinate descent over the groups on
-given seeds) and :func:`group_rule_policy` plays such an assignment: a stronger baseline than
-any single rule, for a learned dispatcher to be held against. :func:`rule_teacher` is a
+given seeds) and :func:`group_rule_policy` plays such an assignment: the baseline an OR
+practitioner would tune by hand, for a learned dispatcher to be held against (search and judge it
+with ``crn=True``: with one stream, a search on a few seeds mostly fits their luck). :func:`rule_teacher` is a
 ``teacher.policy`` (kickstarting): a dispatcher trained by PPO that imitates a rule early on.
 
 **Scenarios** (:data:`SCENARIOS`): ``hvlm`` and ``lvhm`` are the testbed's fabs in full
