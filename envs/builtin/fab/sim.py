@@ -251,11 +251,12 @@ class FabSim:
         self._tool_draws[(what, tool * 64 + j)] = k + 1
         return keyed_uniform(self._crn_seed, what, tool, j, k)
 
-    def _uniform(self, mean: float, half: float, u=None) -> float:
-        """``mean`` +- ``half``, uniform; ``u`` a callable giving the uniform (default the stream)."""
+    def _uniform(self, mean: float, half: float, *key: int) -> float:
+        """``mean`` +- ``half``, uniform: the stream's next draw, or with ``crn`` the one ``key`` names.
+        (No draw when there is no noise: the one stream must advance exactly as it always did.)"""
         if not (self.noise and half > 0):
             return mean
-        return mean + half * (2.0 * (u() if u is not None else self._u()) - 1.0)
+        return mean + half * (2.0 * (keyed_uniform(self._crn_seed, *key) if self.crn else self._u()) - 1.0)
 
     def _exp(self, mean: float, u: float) -> float:
         return -mean * math.log(1.0 - u)
@@ -340,7 +341,7 @@ class FabSim:
     # ------------------------------------------------------------------ lots
     def _lot_time(self, lot: int, R: dict, s: int) -> tuple[float, float]:
         """(lot's processing time, tool hold time) of one lot at step s, without load/setup."""
-        u = self._uniform(R["ptime"][s], R["pspread"][s], lambda: self._draw(D_TIME, lot, s, self.visits[lot]))
+        u = self._uniform(R["ptime"][s], R["pspread"][s], D_TIME, lot, s, self.visits[lot])
         per = R["per"][s]
         if per == PER_PIECE:
             pint = R["pint"][s]
@@ -407,7 +408,7 @@ class FabSim:
             self._complete(lot)
             return
         d, spread = self.m.data.transport
-        self._push(self.now + self._uniform(d, spread, lambda: self._draw(D_MOVE, lot, s, self.visits[lot])), ARRIVE, lot)
+        self._push(self.now + self._uniform(d, spread, D_MOVE, lot, s, self.visits[lot]), ARRIVE, lot)
 
     # ------------------------------------------------------------------ rules and legality
     def keys(self, lots: np.ndarray) -> dict[str, np.ndarray]:
@@ -527,7 +528,9 @@ class FabSim:
 
     def _pm_duration(self, g: int, j: int, tool: int) -> float:
         _, _, dur, spread, _ = self.m.data.pms[g][j]
-        return self._uniform(dur, spread, lambda: self._tool_draw(D_PM, tool, j))
+        if not (self.noise and spread > 0):
+            return dur
+        return dur + spread * (2.0 * self._tool_draw(D_PM, tool, j) - 1.0)
 
     def _go_down(self, tool: int, dur: float) -> None:
         g = self.tool_group[tool]
