@@ -356,3 +356,18 @@ def test_fab_benchmark_with_common_random_numbers_and_a_given_assignment(tmp_pat
     with pytest.raises(SystemExit, match="NoSuchGroup"):
         fab_bench.main(["--seeds", "1", "--days", "hvlm_mini=0.5", "--assignment", "x=NoSuchGroup:edd",
                         "--out", str(tmp_path / "bad")])
+
+
+def test_fab_levers_pairs_every_variant_with_cr(tmp_path):
+    """benchmarks/fab_levers.py on 2 seeds: every lever's row, cr's own paired difference exactly 0,
+    and a lever that changes the run (no batch wait) a non-zero one."""
+    import fab_levers
+
+    fab_levers.main(["--seeds", "2", "--out", str(tmp_path / "levers")])
+    report = json.loads((tmp_path / "levers.json").read_text())
+    rows = report["rows"]
+    assert set(rows) == set(fab_levers.variants())
+    assert rows["cr"]["paired_tardiness_diff_h"]["mean"] == 0.0
+    assert rows["cr, batch wait 0 min (240)"]["paired_tardiness_diff_h"]["mean"] != 0.0
+    assert rows["cr, release x0.8 from day 0"]["released"]["mean"] < rows["cr"]["released"]["mean"]
+    assert "| minimum slack |" in (tmp_path / "levers.md").read_text()
