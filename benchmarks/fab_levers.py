@@ -17,7 +17,7 @@ The levers:
 * release schedules: x0.8 (or x1.2) of the order rate from a given day on, or up to it.
 
 Usage:
-    python benchmarks/fab_levers.py [--seeds 20] [--seed0 10000] [--out benchmarks/results/fab_levers]
+    python benchmarks/fab_levers.py [--seeds 20] [--seed0 10000] [--out fab_levers]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import machine_line, save_files, stat  # noqa: E402
+from common import machine_line, stat, write_report  # noqa: E402
 from fab import sim_seed  # noqa: E402
 from machine import machine_info  # noqa: E402
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--seed0", type=int, default=10000)
-    ap.add_argument("--out", default=str(HERE / "results" / "fab_levers"))
+    ap.add_argument("--out", default="fab_levers", help="output stem in benchmarks/results (default fab_levers)")
     args = ap.parse_args(argv)
     from hdppo.envs.builtin.fab import build_model, get_scenario
 
@@ -138,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"machine": machine_info(), "command": "python benchmarks/fab_levers.py " + " ".join(
         argv if argv is not None else sys.argv[1:]), "n_seeds": len(seeds), "seed0": args.seed0, "rows": rows,
         "wall_s": time.perf_counter() - t0}
-    md = render(report)
-    save_files(Path(args.out), report, md)
-    print(md)
+    write_report(args.out, report, render(report), "fab_levers")
     return 0
 
 
