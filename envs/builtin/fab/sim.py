@@ -180,7 +180,7 @@ class FabSim:
         self.crn = bool(crn)
         self._crn_seed = int(self.rng.integers(2 ** 62)) if self.crn else 0
         self.visits: list[int] = []   # per lot: reworks so far (a repeated step draws anew)
-        self._tool_draws: dict[tuple[int, int], int] = {}
+        self._tool_draws: dict[tuple[int, int, int], int] = {}   # (what, tool, PM index) -> draws so far
         self._ubuf: list[float] = []
         self.noise, self.breakdowns, self.hot_first = noise, breakdowns, hot_first
         self.default_rule = default_rule
@@ -247,8 +247,8 @@ class FabSim:
         """A tool's next draw for ``what`` (its k-th breakdown, repair, or PM ``j``)."""
         if not self.crn:
             return self._u()
-        k = self._tool_draws.get((what, tool * 64 + j), 0)
-        self._tool_draws[(what, tool * 64 + j)] = k + 1
+        k = self._tool_draws.get((what, tool, j), 0)
+        self._tool_draws[(what, tool, j)] = k + 1
         return keyed_uniform(self._crn_seed, what, tool, j, k)
 
     def _uniform(self, mean: float, half: float, *key: int) -> float:
