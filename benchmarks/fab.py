@@ -180,8 +180,9 @@ def render(report: dict) -> str:
                          + ", ".join(f"{k} {v}" for k, v in g["assignment"].items() if v != "cr")
                          + (" (cr elsewhere)." if any(v == "cr" for v in g["assignment"].values()) else "."))
         for name, v in block.get("assignments", {}).items():
-            lines.append(f"{name}: " + ", ".join(f"{k} {r}" for k, r in v["assignment"].items())
-                         + f" (cr elsewhere); paired difference to {block['best_rule']} per seed "
+            given = ", ".join(f"{k} {r}" for k, r in v["assignment"].items())
+            lines.append(f"{name}: " + (f"{given} (cr elsewhere)" if given else "cr at every group, through the env")
+                         + f"; paired difference to {block['best_rule']} per seed "
                          f"{fmt(v['paired_tardiness_diff_h'])} h.")
         for name, v in block.get("verdicts", {}).items():
             lines.append(f"{name}: tardiness {v['tardiness_change']:+.1%} vs the best rule (target <= -15%; paired "
