@@ -4,6 +4,8 @@ Two ways of running it, on each scenario:
 
 * ``rule``: the simulator alone with a rule (FIFO) taking every decision (:func:`run_rule`'s
   fast path, no observations), what ``benchmarks/fab.py`` runs for the rules;
+* ``rule, crn``: the same with common random numbers (``FabSim(crn=True)``: every draw keyed by
+  what it is for), what ``benchmarks/fab.py --crn`` runs;
 * ``env``: the Gymnasium env (:class:`FabEnv`), a uniformly random legal slot at each agent
   decision, observations and masks built each step, as hdppo's sampler steps it.
 
@@ -33,16 +35,16 @@ from common import save_files  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 
-def run_rule(scenario: str, days: float, seed: int = 0) -> dict:
+def run_rule(scenario: str, days: float, seed: int = 0, crn: bool = False) -> dict:
     from hdppo.envs.builtin.fab import FabSim, build_model
 
     model = build_model(scenario, days=days)
-    sim = FabSim(model, seed=seed)
+    sim = FabSim(model, seed=seed, crn=crn)
     t0, w0 = time.process_time(), time.perf_counter()
     sim.run("fifo")
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
     st = sim.stats
-    return {"mode": "rule", "scenario": scenario, "days": days, "cpu_s": cpu, "wall_s": wall,
+    return {"mode": "rule, crn" if crn else "rule", "scenario": scenario, "days": days, "cpu_s": cpu, "wall_s": wall,
             "decisions": st.decisions, "events": st.events, "decisions_per_s": st.decisions / cpu,
             "events_per_s": st.events / cpu, "sim_days_per_s": days / cpu}
 
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for sc in args.scenarios.split(","):
         d = days.get(sc, 1.0)
-        for fn in (run_rule, run_env):
+        for fn in (run_rule, lambda sc, d: run_rule(sc, d, crn=True), run_env):
             rows.append(fn(sc, d))
             print(json.dumps(rows[-1]), flush=True)
     report = {"machine": machine_info(), "rows": rows,
