@@ -371,3 +371,12 @@ def test_fab_levers_pairs_every_variant_with_cr(tmp_path):
     assert rows["cr, batch wait 0 min (240)"]["paired_tardiness_diff_h"]["mean"] != 0.0
     assert rows["cr, release x0.8 from day 0"]["released"]["mean"] < rows["cr"]["released"]["mean"]
     assert "| minimum slack |" in (tmp_path / "levers.md").read_text()
+
+
+def test_fab_speed_times_the_one_stream_the_keyed_draws_and_the_env(tmp_path):
+    import fab_speed
+
+    fab_speed.main(["--scenarios", "hvlm_mini", "--days", "hvlm_mini=0.3", "--out", str(tmp_path / "speed")])
+    rows = json.loads((tmp_path / "speed.json").read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["rule", "rule, crn", "env"]
+    assert all(r["decisions"] > 0 and r["decisions_per_s"] > 0 for r in rows)
