@@ -53,7 +53,11 @@ decisions, about one 12-hour shift of the mini fab) commands ``MultiDiscrete([3,
 release level and a dispatching criterion (fifo, spt, edd, cr, or all four balanced); the
 dispatching layer reads the command and acts per decision with ``release_control=True``;
 ``fab_follow_command`` (registered here, :mod:`hdppo.envs.rewards`) rewards it for releasing at
-the commanded level and choosing lots the commanded criterion ranks high.
+the commanded level and choosing lots the commanded criterion ranks high. With a criterion per
+agent tool group (``MultiDiscrete([3, 5, ..., 5])``, ``configs/fab_shift_rules.yaml``) the shift
+layer reads the whole fab (:func:`shift_observation`), the reward and :func:`command_teacher`
+(the dispatcher that carries a command out exactly) read the deciding group's criterion, and
+:func:`shift_teacher` starts the shift layer from one rule everywhere.
 
 **Watching.** The infos carry WIP, queue lengths, late WIP and mean tardiness at each
 decision; ``env.history()`` is the same on a fixed clock, and :func:`log_history` writes it as
