@@ -89,7 +89,7 @@ def test_one_stream_results_stay_as_recorded():
     """crn=False keeps the single random stream in event order that every recorded fab result
     used: a seed's figures must not move (the draws' order is part of the results)."""
     r = fab.run_rule("hvlm_mini", "cr", seed=123, days=3.0)
-    assert r["late_lot_hours"] == pytest.approx(80.14764626404572, rel=1e-12) and r["completed"] == 21
+    assert r["late_lot_hours"] == pytest.approx(80.14764626404572, rel=1e-9) and r["completed"] == 21
 
 
 def _drawn(rule: str, crn: bool, days: float = 3.0):
