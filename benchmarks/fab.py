@@ -9,8 +9,12 @@ sampling/rework draws. The **best rule** of an instance is the rule with the low
 tardiness over the seeds. A trained run (``--policy NAME=RUN_DIR``, its last checkpoint)
 plays the same seeds through hdppo's evaluation sampler (deterministic actions): copy ``i``
 of the evaluation env is reset with seed ``seed0 + i``, and the rules run the simulator with
-the very seed that env reset gives it, so rule and policy face the same draws (a paired
-comparison). Figures, each the mean over seeds with a 95% t-interval:
+the very seed that env reset gives it. With ``--crn`` (common random numbers: every draw keyed
+by what it is for) rule and policy then face the same breakdowns and process times, a paired
+comparison; with the default one stream they share the draws only until their first different
+decision, and the fast rule path and the env consume the stream in another order, so their
+paired differences are loose (``results/fab_one_stream_paths.md``). Figures, each the mean over
+seeds with a 95% t-interval:
 
 * mean tardiness (h) of the lots completed within the horizon, tardy fraction;
 * mean cycle time (h) of the lots released and completed within the horizon (none on a
