@@ -65,6 +65,11 @@ def sim_seed(env_seed: int) -> int:
     return int(rng.integers(2 ** 31))
 
 
+def paired_tardiness(runs: list[dict], base: list[dict]) -> dict:
+    """Mean tardiness minus ``base``'s on the same seed, run by run, as a mean with its 95% interval."""
+    return stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(runs, base)])
+
+
 def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None, crn: bool = False) -> dict:
     from hdppo.envs.builtin.fab import RULES, FabSim, build_model, get_scenario, log_history
 
@@ -252,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"--assignment {spec!r}: give NAME=GROUP:RULE,GROUP:RULE,...") from None
             given = play_group_rules(sc, d, seeds, assign, crn=args.crn)
             rows[f"{name} (given per-group rules)"] = {m: given[m] for m in METRICS}
-            paired = stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(given["runs"], rules[best]["runs"])])
+            paired = paired_tardiness(given["runs"], rules[best]["runs"])
             block.setdefault("assignments", {})[name] = {"assignment": assign, "paired_tardiness_diff_h": paired,
                                                          "runs": given["runs"]}
             print(f"{sc} {name}: tardiness {given['mean_tardiness_h']['mean']:.2f} h, paired vs {best} "
@@ -263,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[f"{name} (trained)"] = {m: res[m] for m in METRICS}
             bt, bq = rules[best]["mean_tardiness_h"]["mean"], rules[best]["throughput_lots_per_day"]["mean"]
             pt, pq = res["mean_tardiness_h"]["mean"], res["throughput_lots_per_day"]["mean"]
-            paired = stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(res["runs"], rules[best]["runs"])])
+            paired = paired_tardiness(res["runs"], rules[best]["runs"])
             block["verdicts"][name] = {"tardiness_change": pt / bt - 1.0, "throughput_change": pq / bq - 1.0,
                                        "paired_tardiness_diff_h": paired,
                                        "met": bool(pt <= (1 - TARGET) * bt and pq >= bq),

@@ -177,11 +177,10 @@ def command_teacher(env, copies: np.ndarray, members: list, command: np.ndarray 
     out = np.zeros((len(fabs), width), np.float32)
     for i, f in enumerate(fabs):
         if f.decision is not None and len(f.slots):
-            score = f.slot_ranks[:len(f.slots)] @ w[i]     # the criterion's rank of each candidate
-            pick = int(np.argmin(score))
             if f.action == "rule":  # the commanded rule itself ('balanced' has none: cr, the best single rule)
-                pick = int(np.argmax(w[i])) if w[i].max() > 0.5 else RULES.index("cr")
-            out[i, 0] = pick
+                out[i, 0] = int(np.argmax(w[i])) if w[i].max() > 0.5 else RULES.index("cr")
+            else:                   # the candidate the criterion ranks first
+                out[i, 0] = int(np.argmin(f.slot_ranks[:len(f.slots)] @ w[i]))
         if width == 2:
             out[i, 1] = f.release_level if release is None else int(release[i])
     return out
