@@ -18,7 +18,12 @@ What it does, in one run:
    (the 60 s answer is the same optimum). On 15x15 only the first ``--cpsat60-large`` instances of
    each family get 60 s (all of ta01-10 and la36-40 would take 15 min on a loaded 2-core machine);
    the table says so;
-4. **Gantt charts** of the best policy schedule of ft06, ft10 and ta01 (where a policy of that size
+4. **random instances of each size** (``--random N``): the classic set has one 6x6 instance
+   (ft06), so a size's verdict can rest on one schedule. N instances drawn by Taillard's law on
+   seeds no training run used (``--random-seed``, default 2026) give each policy's greedy makespan
+   over the initial lower bound, each rule's under both schemes, and the best single rule of the
+   size (the one with the lowest mean), the distribution the policies were trained on;
+5. **Gantt charts** of the best policy schedule of ft06, ft10 and ta01 (where a policy of that size
    was given): PNG files beside the results, and TensorBoard images (tag ``jobshop/gantt/<name>``)
    in the run dir's ``tb/control``.
 
@@ -29,6 +34,7 @@ Usage:
     python benchmarks/jobshop.py --run 6x6=runs/jobshop_6x6 --run 15x15=runs/jobshop_15x15
     python benchmarks/jobshop.py --quick            # smoke: ft06 and la01 only, CP-SAT 1 s
     python benchmarks/jobshop.py --no-cpsat         # rules and policies only
+    python benchmarks/jobshop.py --sizes 6x6 --run 6x6=RUN --random 300   # and 300 random 6x6 instances
 
 Writes benchmarks/results/jobshop.{json,md} (``--quick``: jobshop_quick.*; ``--out`` for another stem).
 """
@@ -163,6 +169,62 @@ class Dispatcher:
             out[mode] = {"makespan": int(ms[best]), "starts": envs[best].d.starts.copy(),
                          "mean_makespan": float(np.mean(ms)), "copies": copies, "wall_s": time.perf_counter() - t0}
         return out
+
+
+# ----------------------------------------------------------------------------- random instances
+
+def random_size(size: str, policies: list[Dispatcher], count: int, seed: int) -> dict[str, Any]:
+    """Makespan over the initial lower bound on ``count`` random instances of ``size`` (Taillard's
+    law, ``seed``): each rule under both schemes, each policy greedily; means and 95% intervals."""
+    from hdppo.envs.builtin.jobshop import Dispatcher as Schedule, parse_size, random_instance, run_rule
+
+    n, m = parse_size(size)
+    rng = np.random.default_rng(seed)
+    ratios: dict[str, list[float]] = {}
+    runs: list[list[float]] = [[] for _ in policies]
+    for k in range(count):
+        inst = random_instance(n, m, rng, name=f"random_{size}_{seed}_{k}")
+        lb = Schedule(inst).lower_bound()
+        for rule in RULE_NAMES:
+            for scheme, tag in (("nondelay", ""), ("active", "_active")):
+                ms, starts = run_rule(inst, rule, scheme=scheme)
+                ratios.setdefault(rule + tag, []).append(checked(inst, starts, rule + tag) / lb)
+        for i, pol in enumerate(policies):
+            greedy = pol.schedules(inst, samples=0)["greedy"]
+            runs[i].append(checked(inst, greedy["starts"], f"policy {pol.run_dir}") / lb)
+    rules = {name: stat(v) for name, v in ratios.items()}
+    best = min(rules, key=lambda name: rules[name]["mean"])
+    out: dict[str, Any] = {"size": size, "instances": count, "seed": seed, "rules": rules,
+                           "best_rule": {"rule": best, **rules[best]}}
+    if policies:
+        per_run = [stat(r) for r in runs]
+        out["policy_runs"] = [{"run_dir": str(p.run_dir), **st} for p, st in zip(policies, per_run)]
+        out["policy"] = stat([st["mean"] for st in per_run])
+        # Paired with the best rule instance by instance, per run: how far below it, with its interval.
+        out["policy_minus_best_rule"] = [stat(list(np.asarray(r) - np.asarray(ratios[best]))) for r in runs]
+    return out
+
+
+def _random_section(report: dict) -> list[str]:
+    rnd = report.get("random") or []
+    if not rnd:
+        return []
+    cols = [r + t for r in RULE_NAMES for t in ("", "_active")]
+    lines = ["## Random instances of each size (makespan / initial lower bound, mean over instances)", "",
+             f"Drawn by Taillard's law on seed {rnd[0]['seed']} (no training run used it); rules under the "
+             "non-delay scheme, and `_active` under Giffler-Thompson's; the best rule is the one with the lowest "
+             "mean for the size; policy: greedy, each run, then the mean over runs with its 95% interval.", "",
+             "| size | instances | policy greedy (runs) | each run | best rule | policy - best rule, paired (each run) | "
+             + " | ".join(cols) + " |", "|" + "---|" * (6 + len(cols))]
+    for r in rnd:
+        pol = r.get("policy")
+        pol_txt = "-" if pol is None else f"**{pol['mean']:.3f}**" + (f" ± {pol['ci95']:.3f}" if pol["n"] > 1 else "")
+        each = "-" if pol is None else " / ".join(f"{x['mean']:.3f}" for x in r["policy_runs"])
+        diff = "-" if pol is None else " / ".join(f"{d['mean']:+.3f} ± {d['ci95']:.3f}" for d in r["policy_minus_best_rule"])
+        b = r["best_rule"]
+        lines.append(f"| {r['size']} | {r['instances']} | {pol_txt} | {each} | {b['mean']:.3f} ({b['rule']}) | {diff} | "
+                     + " | ".join(f"{r['rules'][c]['mean']:.3f}" for c in cols) + " |")
+    return lines + [""]
 
 
 # ----------------------------------------------------------------------------- one instance
@@ -392,7 +454,8 @@ def markdown(report: dict) -> str:
         spreads = ["## Greedy gap per training run (family mean %; mean ± 95% t-interval over runs)", "",
                    "| family | runs |", "|---|---|"] + spreads
     gantt = ["", "Gantt charts: " + ", ".join(f"`{g}`" for g in report.get("gantt", [])) if report.get("gantt") else ""]
-    return join_md(lines + summary + [""] + by_size + [""] + spreads + [""] + policy_lines + gantt + [""] + detail) + "\n"
+    return join_md(lines + summary + [""] + by_size + [""] + _random_section(report) + spreads + [""] + policy_lines
+                   + gantt + [""] + detail) + "\n"
 
 
 # ----------------------------------------------------------------------------- main
@@ -418,6 +481,10 @@ def main(argv: list[str] | None = None) -> int:
                     "CP-SAT limit")
     ap.add_argument("--no-cpsat", action="store_true")
     ap.add_argument("--sizes", default=None, help="only these sizes, comma-separated (e.g. 6x6,15x15)")
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="also N random instances of each size in the table (Taillard's law): the policies' greedy "
+                    "makespan over the lower bound beside every rule's")
+    ap.add_argument("--random-seed", type=int, default=2026, help="the random instances' seed (default 2026)")
     ap.add_argument("--quick", action="store_true", help="smoke: ft06 and la01, CP-SAT 1 s / 2 s, 8 samples")
     ap.add_argument("--out", default=None, help="result stem under benchmarks/results (default jobshop)")
     args = ap.parse_args(argv)
@@ -464,6 +531,14 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", CP-SAT {row['cpsat_short'].get('gap', float('nan')):.1f}% {row['cpsat_short']['status']}"
                      if "cpsat_short" in row else "") + f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
         report["families"].append(fam)
+    report["random"] = []
+    if args.random > 0:
+        for size in dict.fromkeys(f[1] for f in families):
+            r = random_size(size, runs.get(size, []), args.random, args.random_seed)
+            report["random"].append(r)
+            print(f"[jobshop] random {size} x{args.random}: best rule {r['best_rule']['mean']:.3f} ({r['best_rule']['rule']})"
+                  + (f", policy greedy {r['policy']['mean']:.3f}" if "policy" in r else "")
+                  + f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
     stem = args.out or ("jobshop_quick" if args.quick else "jobshop")
     gantt = []
     for name in GANTT:

@@ -315,7 +315,7 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     (tmp_path / "results").mkdir()
     run = str(tmp_path / "set")
     two = f"{run},{tmp_path / 'set_b'}"  # two training seeds: their mean, each run's figure, the spread
-    assert bench.main(["--quick", "--no-cpsat", "--run", f"6x6={two}", "--run", f"10x5={run}"]) == 0
+    assert bench.main(["--quick", "--no-cpsat", "--run", f"6x6={two}", "--run", f"10x5={run}", "--random", "6"]) == 0
     report, md = reports[0]
     rows = [r for fam in report["families"] for r in fam["rows"]]
     assert [r["instance"] for r in rows] == ["ft06", "la01"]
@@ -326,6 +326,18 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     assert "best of MWKR, SPT, MOR" in md and "trained on random 10x10 only; the mean of 2 runs" in md
     assert "Greedy gap per training run" in md and "(2 runs)" in md
     assert "## By size" in md and "| 6x6 | 1 |" in md
+    # --random: the same policies and every rule on 6 random instances of each size, checked schedules.
+    rnd = {r["size"]: r for r in report["random"]}
+    assert list(rnd) == ["6x6", "10x5"] and all(r["instances"] == 6 for r in rnd.values())
+    for r in rnd.values():
+        assert len(r["rules"]) == 8 and all(st["mean"] >= 1.0 and st["n"] == 6 for st in r["rules"].values())
+        assert r["best_rule"]["mean"] == min(st["mean"] for st in r["rules"].values())
+        assert r["rules"][r["best_rule"]["rule"]]["mean"] == r["best_rule"]["mean"]
+        for run_stat, diff in zip(r["policy_runs"], r["policy_minus_best_rule"]):
+            assert run_stat["mean"] >= 1.0
+            assert diff["mean"] == pytest.approx(run_stat["mean"] - r["best_rule"]["mean"])
+    assert [len(rnd[s]["policy_runs"]) for s in ("6x6", "10x5")] == [2, 1]
+    assert "## Random instances of each size" in md and "| 6x6 | 6 |" in md
 
     mlp = load_config(ROOT / "configs" / "jobshop_6x6.yaml")
     mlp.layers[0].dppo.num_workers, mlp.layers[0].dppo.train_batch_size = 1, 256
