@@ -12,6 +12,7 @@ The levers:
   * minimum slack;
   * ATC (apparent tardiness cost, look-ahead ``k`` x 1 day);
   * cr with an SPT tie-break;
+  * LWKR (least work remaining), and cr with the late lots first, by least work remaining;
 * the furnace's wait for a fuller batch (``batch_wait``, minutes);
 * cr with a penalty for lots that need a setup on the idle tools;
 * release schedules: x0.8 (or x1.2) of the order rate from a given day on, or up to it.
@@ -73,6 +74,9 @@ KEYS = {
     "cr, SPT tie-break": lambda sim, lots: _cr(sim, lots) + 1e-4 * sim.spt[lots],
     "cr + 0.5 if a setup is needed": lambda sim, lots: _cr(sim, lots) + 0.5 * sim.needs_setup(_group_of(sim, lots), lots),
     "cr + 2 if a setup is needed": lambda sim, lots: _cr(sim, lots) + 2.0 * sim.needs_setup(_group_of(sim, lots), lots),
+    # Least work remaining first: lots near the end of their route finish inside the horizon.
+    "LWKR": lambda sim, lots: sim.rem[lots],
+    "cr, the late lots by LWKR": lambda sim, lots: np.where(sim.due[lots] < sim.now, -1e12 + sim.rem[lots], _cr(sim, lots)),
 }
 
 
