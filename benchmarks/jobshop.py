@@ -187,7 +187,7 @@ def random_size(size: str, policies: list[Dispatcher], count: int, seed: int) ->
         lb = Schedule(inst).lower_bound()
         for rule in RULE_NAMES:
             for scheme, tag in (("nondelay", ""), ("active", "_active")):
-                ms, starts = run_rule(inst, rule, scheme=scheme)
+                _, starts = run_rule(inst, rule, scheme=scheme)
                 ratios.setdefault(rule + tag, []).append(checked(inst, starts, rule + tag) / lb)
         for i, pol in enumerate(policies):
             greedy = pol.schedules(inst, samples=0)["greedy"]
