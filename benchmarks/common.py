@@ -245,7 +245,8 @@ def add_budget_args(ap, stem: str, parts: tuple[str, ...], iterations: int, warm
     ap.add_argument("--sample-seconds", type=float, default=sample_seconds,
                     help=f"sampling run per env (default {sample_seconds})")
     ap.add_argument("--rounds", type=int, default=3, help="raw limit and sampling alternate this many times, "
-                    "each round a share of their seconds (default 3; see raw_and_sampling)")
+                    "each round a share of their seconds (default 3; see raw_and_sampling); throughput.py "
+                    "also alternates the flat and hierarchy training runs this many times")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(parts)}")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 timed iteration after 1 warm-up, 2 s raw "
                     "and sampling (numbers not meaningful)")

@@ -151,6 +151,23 @@ def test_throughput_markdown_with_missing_parts():
     assert "| Hopper-v5 | 85% | met | 90% | met |" in md and "RuntimeError: no" in md
 
 
+def test_throughput_hierarchy_is_divided_by_the_flat_runs_beside_it():
+    """The hierarchy's share is of the flat runs trained in alternation with it (hier_flat), not
+    of the central column measured minutes earlier; its rounds' range is shown."""
+    flat_runs = iter([800.0, 600.0])
+    hier_runs = iter([720.0, 570.0])
+    flat, out = common.raw_and_sampling(lambda: {"env_steps_per_s": next(flat_runs)},
+                                        {"hier_frozen": lambda: {"env_steps_per_s": next(hier_runs)}}, 2, "env_steps_per_s")
+    e = {"raw": {"steps_per_s": 1000.0}, "hdppo_central": {"env_steps_per_s": 900.0}, "hier_flat": flat, **out}
+    assert flat["env_steps_per_s"] == 700.0 and out["hier_frozen"]["share_rounds"] == [0.9, 0.95]
+    e["ratios"] = throughput.ratios(e)
+    assert e["ratios"]["hier_frozen_over_flat"] == round(645.0 / 700.0, 3)  # not 645 / 900
+    report = {"machine": __import__("machine").machine_info(), "command": "x", "results": {"Hopper-v5": e},
+              "settings": {"quick": False, "describe": "d", "ray_cpus": 2, "num_workers": 2, "envs_per_worker": 4,
+                           "iterations": 1, "warmup": 1, "raw_seconds": 1, "sample_seconds": 1}}
+    assert "| 92% (rounds 90-95%) | met |" in throughput.render_markdown(report)
+
+
 def test_throughput_sampling_rows_with_more_copies_per_worker():
     """--sampling-copies: the training runs' count is the plain 'sampling' entry, others get
     their own key, ratio to raw and row in the copies table."""
