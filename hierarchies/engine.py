@@ -21,6 +21,7 @@ command: then it closes now, bootstrapped from V(next observation), as a flat PP
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -202,8 +203,16 @@ def command_vectors(spec: LayerSpec, actions: np.ndarray) -> np.ndarray:
     if a.type == "box":
         return np.clip(actions, a.low, a.high).astype(np.float32)
     nvec = [a.n] if a.type == "discrete" else a.nvec
-    parts = [np.eye(n, dtype=np.float32)[actions[:, k].astype(np.int64)] for k, n in enumerate(nvec)]  # type: ignore[union-attr, arg-type]
+    parts = [_eye(n)[actions[:, k].astype(np.int64)] for k, n in enumerate(nvec)]  # type: ignore[union-attr, arg-type]
     return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _eye(n: int) -> np.ndarray:
+    """One-hot rows of width ``n``, built once: an upper layer indexes them every step it acts."""
+    out = np.eye(n, dtype=np.float32)
+    out.flags.writeable = False  # shared: fancy indexing copies, so no caller can write into it
+    return out
 
 
 class Sampler:
