@@ -104,7 +104,8 @@ def hdppo_env_steps_per_s(env_id: str, mode: str, iterations: int, warmup: int, 
     total = (warmup + iterations) * TRAIN_BATCH
     cfg = validate(hdppo_config_dict(env_id, mode, total, hierarchy=hierarchy),
                    source=f"throughput.py ({env_id}, {mode}, hierarchy {hierarchy})")
-    run_dir = tmp / f"{env_id}-{mode}-{hierarchy or 'flat'}"
+    # A fresh folder per call: the flat run is trained again in each round beside the hierarchy.
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{env_id}-{mode}-{hierarchy or 'flat'}-", dir=tmp)) / "run"
     trainer = Trainer(cfg, run_dir, quiet=True)
     t0 = time.perf_counter()
     try:
