@@ -173,9 +173,10 @@ class Dispatcher:
 
 # ----------------------------------------------------------------------------- random instances
 
-def random_size(size: str, policies: list[Dispatcher], count: int, seed: int) -> dict[str, Any]:
+def random_size(size: str, policies: list[Dispatcher], count: int, seed: int, high: int = 99) -> dict[str, Any]:
     """Makespan over the initial lower bound on ``count`` random instances of ``size`` (Taillard's
-    law, ``seed``): each rule under both schemes, each policy greedily; means and 95% intervals."""
+    law, durations uniform on 1..``high``, ``seed``): each rule under both schemes, each policy
+    greedily; means and 95% intervals."""
     from hdppo.envs.builtin.jobshop import Dispatcher as Schedule, parse_size, random_instance, run_rule
 
     n, m = parse_size(size)
@@ -183,7 +184,7 @@ def random_size(size: str, policies: list[Dispatcher], count: int, seed: int) ->
     ratios: dict[str, list[float]] = {}
     runs: list[list[float]] = [[] for _ in policies]
     for k in range(count):
-        inst = random_instance(n, m, rng, name=f"random_{size}_{seed}_{k}")
+        inst = random_instance(n, m, rng, high=high, name=f"random_{size}_{seed}_{k}")
         lb = Schedule(inst).lower_bound()
         for rule in RULE_NAMES:
             for scheme, tag in (("nondelay", ""), ("active", "_active")):
@@ -194,7 +195,7 @@ def random_size(size: str, policies: list[Dispatcher], count: int, seed: int) ->
             runs[i].append(checked(inst, greedy["starts"], f"policy {pol.run_dir}") / lb)
     rules = {name: stat(v) for name, v in ratios.items()}
     best = min(rules, key=lambda name: rules[name]["mean"])
-    out: dict[str, Any] = {"size": size, "instances": count, "seed": seed, "rules": rules,
+    out: dict[str, Any] = {"size": size, "instances": count, "seed": seed, "high": high, "rules": rules,
                            "best_rule": {"rule": best, **rules[best]}}
     if policies:
         per_run = [stat(r) for r in runs]
@@ -211,7 +212,8 @@ def _random_section(report: dict) -> list[str]:
         return []
     cols = [r + t for r in RULE_NAMES for t in ("", "_active")]
     lines = ["## Random instances of each size (makespan / initial lower bound, mean over instances)", "",
-             f"Drawn by Taillard's law on seed {rnd[0]['seed']} (no training run used it); rules under the "
+             f"Drawn by Taillard's law (durations 1..{rnd[0].get('high', 99)}) on seed {rnd[0]['seed']} "
+             "(no training run used it); rules under the "
              "non-delay scheme, and `_active` under Giffler-Thompson's; the best rule is the one with the lowest "
              "mean for the size; policy: greedy, each run, then the mean over runs with its 95% interval.", "",
              "| size | instances | policy greedy (runs) | each run | best rule | policy - best rule, paired (each run) | "
@@ -485,11 +487,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="also N random instances of each size in the table (Taillard's law): the policies' greedy "
                     "makespan over the lower bound beside every rule's")
     ap.add_argument("--random-seed", type=int, default=2026, help="the random instances' seed (default 2026)")
+    ap.add_argument("--random-high", type=int, default=99, help="the random instances' durations are uniform on "
+                    "1..this (default 99, Taillard's; the Fisher-Thompson instances ft06 and ft10 run 1..10 and 1..99)")
     ap.add_argument("--quick", action="store_true", help="smoke: ft06 and la01, CP-SAT 1 s / 2 s, 8 samples")
     ap.add_argument("--out", default=None, help="result stem under benchmarks/results (default jobshop)")
     args = ap.parse_args(argv)
     if args.quick:
         args.cpsat_short, args.cpsat_long, args.samples = 1.0, 2.0, min(args.samples, 8)
+    if args.random_high < 1:
+        ap.error(f"--random-high {args.random_high}: durations are drawn from 1 up to it, so it must be at least 1 "
+                 "(99 for Taillard's law, 10 for ft06's range)")
     runs: dict[str, list[Dispatcher]] = {}
     for item in args.run:
         size, _, paths = item.partition("=")
@@ -534,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     report["random"] = []
     if args.random > 0:
         for size in dict.fromkeys(f[1] for f in families):
-            r = random_size(size, runs.get(size, []), args.random, args.random_seed)
+            r = random_size(size, runs.get(size, []), args.random, args.random_seed, args.random_high)
             report["random"].append(r)
             print(f"[jobshop] random {size} x{args.random}: best rule {r['best_rule']['mean']:.3f} ({r['best_rule']['rule']})"
                   + (f", policy greedy {r['policy']['mean']:.3f}" if "policy" in r else "")

@@ -288,6 +288,35 @@ def test_set_preset_builds_a_size_free_policy():
     assert not cfg.layers[0].normalization.observation  # per-value statistics would tie it to 10 jobs
 
 
+def test_benchmark_random_instances_draw_durations_up_to_random_high(monkeypatch, capsys):
+    """--random-high sets the random instances' duration range (ft06's is 1..10): every instance
+    drawn stays in it, the rules are judged on those instances, and a range below 1 is refused."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import jobshop as bench
+    from hdppo.envs.builtin.jobshop import instances
+
+    drawn = []
+    real = instances.random_instance
+
+    def spy(*args, **kwargs):
+        inst = real(*args, **kwargs)
+        drawn.append(inst)
+        return inst
+
+    monkeypatch.setattr(instances, "random_instance", spy)
+    monkeypatch.setattr("hdppo.envs.builtin.jobshop.random_instance", spy)
+    out = bench.random_size("6x6", [], 5, seed=3, high=10)
+    assert out["high"] == 10 and out["instances"] == 5 and len(drawn) == 5
+    assert max(int(np.max(i.durations)) for i in drawn) <= 10 and min(int(np.min(i.durations)) for i in drawn) >= 1
+    wide = bench.random_size("6x6", [], 5, seed=3)
+    assert wide["high"] == 99 and max(int(np.max(i.durations)) for i in drawn[5:]) > 10
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--no-cpsat", "--random", "2", "--random-high", "0"])
+    assert "--random-high 0" in capsys.readouterr().err
+
+
 def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monkeypatch):
     """benchmarks/jobshop.py --quick with one set-policy run (trained on 10x10) for 6x6 and 10x5:
     every schedule is checked and the summary compares greedy with the best single rule. An MLP
