@@ -475,7 +475,7 @@ class ActorCritic(nn.Module):
                     pick = log_probs.argmax(-1)
                 else:  # Gumbel-max: argmax of log p + G samples from p
                     u = rng.random(log_probs.shape, dtype=np.float32)
-                    np.maximum(u, 1e-20, out=u)  # u < 1 already; np.clip's overhead is most of a step's
+                    np.maximum(u, 1e-20, out=u)  # u < 1 already: only the floor matters, and np.clip costs more
                     pick = (log_probs - np.log(-np.log(u))).argmax(-1)
                 a[:, k] = pick
                 logp += log_probs[rows, pick]

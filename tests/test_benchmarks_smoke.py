@@ -168,6 +168,34 @@ def test_throughput_hierarchy_is_divided_by_the_flat_runs_beside_it():
     assert "| 92% (rounds 90-95%) | met |" in throughput.render_markdown(report)
 
 
+def test_throughput_trains_the_same_run_twice_in_fresh_folders(tmp_path, monkeypatch):
+    """The flat run trains once per round beside the hierarchy: each call needs its own run dir,
+    since a Trainer refuses an existing one (the first real --rounds run failed on that)."""
+    import hdppo.platform.trainer as trainer_mod
+
+    dirs = []
+
+    class FakeTrainer:
+        def __init__(self, cfg, run_dir, quiet=True):
+            if run_dir.exists():
+                raise RuntimeError(f"run dir {run_dir} already exists")
+            run_dir.mkdir(parents=True)
+            dirs.append(run_dir)
+            self.groups = [type("G", (), {"num_workers": 2})()]
+
+        def train(self):
+            return {"env_steps": 8000}
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setattr(trainer_mod, "Trainer", FakeTrainer)
+    monkeypatch.setattr(throughput, "throughput_from_metrics", lambda path, warmup, layer=None: {"env_steps_per_s": 1.0})
+    for _ in range(2):
+        assert throughput.hdppo_env_steps_per_s("Hopper-v5", "central", 1, 1, tmp_path)["env_steps_per_s"] == 1.0
+    assert len(set(dirs)) == 2 and all(d.parent.parent == tmp_path for d in dirs)
+
+
 def test_throughput_sampling_rows_with_more_copies_per_worker():
     """--sampling-copies: the training runs' count is the plain 'sampling' entry, others get
     their own key, ratio to raw and row in the copies table."""
