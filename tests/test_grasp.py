@@ -194,3 +194,31 @@ def test_configs_load(name):
     assert cfg.layers[-1].name == "effector"
     if name == "grasp_hierarchy.yaml":
         assert cfg.layers[0].action.n == 3 and cfg.layers[-1].reward.intrinsic_fn == "grasp_follow_phase"
+
+
+def test_grasp_table_gives_each_seed_their_mean_and_judges_the_target_with_its_interval():
+    """`--run hierarchy=DIR0,DIR1,DIR2`: a row per run, their mean over seeds with its t-interval,
+    and the 70% target met only when that interval stays above it."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import grasp as G
+
+    def run(name, lift, grasp=95):
+        def rate(k):
+            return {"rate": k / 100, "ci95": [max(0, k - 9) / 100, min(100, k + 9) / 100], "n": 100}
+        return {"run_dir": f"runs/{name}", "env_steps": 802_032, "return_mean": 30.0,
+                "reach": rate(97), "grasp": rate(grasp), "lift": rate(lift)}
+
+    report = {"machine": {}, "command": "t", "settings": {"episodes": 100},
+              "trained": {"hierarchy": [run("s0", 91), run("s1", 65), run("s2", 88)], "flat": [run("f0", 91)]}}
+    md = G.render_markdown(report)
+    assert "| hierarchy (`configs/grasp_hierarchy.yaml`) | s1 | 802,032 | 97% [88, 100] | 95% [86, 100] | **65% [56, 74]** |" in md
+    # (91 + 65 + 88) / 3 = 81.3, sd 14.2, t(2) 4.303: ± 35.3, so the interval reaches below 70%
+    assert "| hierarchy | mean of 3 seeds ± 95% t | | 97.0% ± 0.0 | 95.0% ± 0.0 | **81.3% ± 35.3** |" in md
+    assert "hierarchy: **not met by a margin** (the mean is above it, its interval reaches below) (mean of 3 seeds 81.3% ± 35.3)" in md
+    assert "flat: met (91%)" in md
+    report["trained"]["hierarchy"] = [run("s0", 88), run("s1", 90), run("s2", 86)]
+    assert "hierarchy: met (mean of 3 seeds 88.0% ± 5.0)" in G.render_markdown(report)
+    report["trained"]["hierarchy"] = [run("s0", 60), run("s1", 70)]
+    assert "hierarchy: **not met** (mean of 2 seeds 65.0%" in G.render_markdown(report)
