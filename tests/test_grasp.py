@@ -222,3 +222,19 @@ def test_grasp_table_gives_each_seed_their_mean_and_judges_the_target_with_its_i
     assert "hierarchy: met (mean of 3 seeds 88.0% ± 5.0)" in G.render_markdown(report)
     report["trained"]["hierarchy"] = [run("s0", 60), run("s1", 70)]
     assert "hierarchy: **not met** (mean of 2 seeds 65.0%" in G.render_markdown(report)
+
+
+def test_phase_teacher_tolerance_widens_the_test_of_being_over_the_object():
+    """teacher.kwargs.tolerance: 3 cm to the side of the pre-grasp point is still reach at the
+    default 2 cm, and grasp at 4 cm; 5 cm is reach at both."""
+    from hdppo.envs.builtin.grasp.env import EE_DIM, OBJ_DIM, PREGRASP_HEIGHT
+    from hdppo.envs.builtin.grasp.scripted import phase_of, phase_teacher
+
+    def obs(side):
+        o = np.zeros(EE_DIM + OBJ_DIM, np.float32)
+        o[EE_DIM:EE_DIM + 3] = [side, 0.0, -PREGRASP_HEIGHT]  # the object relative to the ee
+        return o
+
+    assert phase_of(obs(0.0)) == 1 and phase_of(obs(0.03)) == 0
+    assert phase_teacher({"a": obs(0.03)}, ["a"], tolerance=0.04) == 1
+    assert phase_teacher({"a": obs(0.05)}, ["a"], tolerance=0.04) == 0

@@ -23,23 +23,24 @@ _LEFT, _RIGHT = EE_DIM + 11, EE_DIM + 12
 ABOVE_TOLERANCE = 0.02   # m: the ee counts as over the object within this, horizontally
 
 
-def phase_of(obs: np.ndarray) -> int:
+def phase_of(obs: np.ndarray, tolerance: float = ABOVE_TOLERANCE) -> int:
     """0 reach, 1 grasp, 2 lift (:data:`.env.PHASES`) for object 0, from one observation: lift
     once it is held (both fingers touch it, the gripper closed and shut past its grasp limit,
-    the env's own test), grasp once the ee is over it no higher than the pre-grasp point, else
-    reach."""
+    the env's own test), grasp once the ee is over it (within ``tolerance`` horizontally) no
+    higher than ``tolerance`` above the pre-grasp point, else reach."""
     o = np.asarray(obs, dtype=np.float64).ravel()
     held = o[_LEFT] > 0 and o[_RIGHT] > 0 and o[_CLOSED] > 0.5 and o[_OPENING] < GRASP_MAX_OPENING
     if held:
         return 2
     rel = o[_REL]
-    over = np.linalg.norm(rel[:2]) < ABOVE_TOLERANCE and -rel[2] < PREGRASP_HEIGHT + ABOVE_TOLERANCE
+    over = np.linalg.norm(rel[:2]) < tolerance and -rel[2] < PREGRASP_HEIGHT + tolerance
     return 1 if over else 0
 
 
-def phase_teacher(raw_obs: dict, members: list[str], env=None) -> int:
-    """``teacher.policy`` for the phase layer: :func:`phase_of` the lane's agent's observation."""
-    return phase_of(raw_obs[members[0]])
+def phase_teacher(raw_obs: dict, members: list[str], env=None, tolerance: float = ABOVE_TOLERANCE) -> int:
+    """``teacher.policy`` for the phase layer: :func:`phase_of` the lane's agent's observation
+    (``teacher.kwargs.tolerance`` widens or narrows the test of being over the object)."""
+    return phase_of(raw_obs[members[0]], tolerance)
 
 
 class ScriptedPick:
