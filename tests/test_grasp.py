@@ -238,3 +238,5 @@ def test_phase_teacher_tolerance_widens_the_test_of_being_over_the_object():
     assert phase_of(obs(0.0)) == 1 and phase_of(obs(0.03)) == 0
     assert phase_teacher({"a": obs(0.03)}, ["a"], tolerance=0.04) == 1
     assert phase_teacher({"a": obs(0.05)}, ["a"], tolerance=0.04) == 0
+    preset = load_config(ROOT / "configs" / "grasp_hierarchy.yaml").layers[0].teacher.kwargs
+    assert phase_teacher({"a": obs(0.03)}, ["a"], **preset) == 1  # the preset widens it to 4 cm
