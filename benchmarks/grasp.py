@@ -138,7 +138,6 @@ def render_markdown(report: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     verdicts = []
     for name, entries in report["trained"].items():
-        entries = entries if isinstance(entries, list) else [entries]
         for e in entries:
             run = Path(e["run_dir"]).name if "run_dir" in e else "-"
             if "error" in e:

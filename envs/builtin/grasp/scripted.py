@@ -20,7 +20,7 @@ from .env import EE_DIM, GRASP_MAX_OPENING, PREGRASP_HEIGHT
 _OPENING, _CLOSED = 5, 6
 _REL = slice(EE_DIM, EE_DIM + 3)
 _LEFT, _RIGHT = EE_DIM + 11, EE_DIM + 12
-ABOVE_TOLERANCE = 0.02   # m: the ee counts as over the object within this, horizontally
+ABOVE_TOLERANCE = 0.02   # m: phase_of's default tolerance (horizontally, and above the pre-grasp point)
 
 
 def phase_of(obs: np.ndarray, tolerance: float = ABOVE_TOLERANCE) -> int:
