@@ -406,9 +406,9 @@ class Sampler:
                 crit = (critic.reshape(-1, critic.shape[-1]) if every else critic[due]) if critic is not None else None
                 hid = self.hidden.get(p.name)
                 if hid is None:
-                    actions, logp, _ = policy.act(torch.from_numpy(obs), self.deterministic,
-                                                  torch.from_numpy(masks) if masks is not None else None,
-                                                  torch.from_numpy(np.ascontiguousarray(crit)) if crit is not None else None,
+                    # numpy in: the numpy actor takes the arrays as they are (torch's path wraps them)
+                    actions, logp, _ = policy.act(obs, self.deterministic, masks,
+                                                  np.ascontiguousarray(crit) if crit is not None else None,
                                                   with_value=False)
                 else:
                     h_in = hid.reshape(-1, hid.shape[-1]).copy() if every else hid[due]

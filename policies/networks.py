@@ -41,6 +41,11 @@ def mlp(inp: int, hidden: Sequence[int], out: int, activation: str, out_gain: fl
     return nn.Sequential(*layers)
 
 
+def _tensor(x: torch.Tensor | np.ndarray | None) -> torch.Tensor | None:
+    """``x`` as a torch tensor (numpy arrays shared, not copied); None stays None."""
+    return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+
+
 def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     """``seq(x)`` without nn.Module's call machinery (hooks, dispatch): the same operations on
     the same parameters, at half the cost for the small batches a worker acts on every step."""
@@ -112,6 +117,7 @@ class NumpyMLP:
                 self.ops.append((_activation(m),))
         self.extra = [p.detach().numpy() for p in self.params[len(self.params) - self.n_extra:]]
         self.stamp = self._stamp()
+        self.binds = getattr(self, "binds", 0) + 1  # what callers key values derived from the arrays on
 
     def _stamp(self) -> list[tuple[int, int]]:
         return [(p.data_ptr(), p._version) for p in self.params]
@@ -440,26 +446,35 @@ class ActorCritic(nn.Module):
         ent = sum(di.entropy() for di in d)
         return logp, ent  # type: ignore[return-value]
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False, masks: torch.Tensor | None = None,
-            critic_obs: torch.Tensor | None = None, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def act(self, obs: torch.Tensor | np.ndarray, deterministic: bool = False, masks: torch.Tensor | np.ndarray | None = None,
+            critic_obs: torch.Tensor | np.ndarray | None = None, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Sample (or take the mode of) actions: ``(actions [B, dim], logp [B], value [B])``;
         the value is None with ``with_value=False`` (a caller that evaluates the critic later, batched).
+        Inputs are torch tensors or float32 numpy arrays (a sampler's, passed without a round trip).
 
         A plain MLP actor on the CPU, on a small input, runs in numpy (:class:`NumpyMLP`); anything else in torch:
         the same distribution either way, the noise drawn from a numpy generator seeded from torch's."""
-        fast = self._numpy_actor() if obs.numel() <= NUMPY_ACT_MAX_VALUES else None
-        if fast is None or obs.device.type != "cpu":
-            return self._act_torch(obs, deterministic, masks, critic_obs, with_value)
-        out = fast(obs.detach().numpy())
+        if isinstance(obs, np.ndarray):
+            fast = self._numpy_actor() if obs.size <= NUMPY_ACT_MAX_VALUES else None
+            x = obs
+        else:
+            fast = self._numpy_actor() if obs.numel() <= NUMPY_ACT_MAX_VALUES and obs.device.type == "cpu" else None
+            x = obs.detach().numpy() if fast is not None else None
+        if fast is None:
+            return self._act_torch(_tensor(obs), deterministic, _tensor(masks), _tensor(critic_obs), with_value)
+        out = fast(x)
         rng = self._rng
         if self.head.kind == "box":
-            log_std = fast.extra[0]
+            std, logp_base = self._box_terms(fast)
             eps = (np.zeros_like(out) if deterministic else rng.standard_normal(out.shape, dtype=np.float32))
-            a = out + np.exp(log_std) * eps
-            logp = -0.5 * (eps * eps).sum(-1) - (float(log_std.sum()) + _HALF_LOG_2PI * out.shape[-1])
+            a = eps * std
+            a += out
+            logp = np.einsum("ij,ij->i", eps, eps)  # one pass, where (eps * eps).sum(-1) makes a temporary
+            logp *= -0.5
+            logp -= logp_base
         else:
             if masks is not None and masks.shape[-1] > 0:
-                out = np.where(masks.numpy() > 0, out, np.float32(MASKED_LOGIT))
+                out = np.where(np.asarray(masks) > 0, out, np.float32(MASKED_LOGIT))
             rows = np.arange(out.shape[0])
             a = np.empty((out.shape[0], len(self.head.nvec)), np.float32)
             logp = np.zeros(out.shape[0], np.float32)
@@ -482,13 +497,24 @@ class ActorCritic(nn.Module):
         v = None
         if with_value:
             with torch.inference_mode():
-                v = self.value(obs, critic_obs).numpy()
+                v = self.value(_tensor(obs), _tensor(critic_obs)).numpy()
         return a.astype(np.float32, copy=False), logp.astype(np.float32, copy=False), v
+
+    def _box_terms(self, fast: NumpyMLP) -> tuple[np.ndarray, float]:
+        """``(std, sum(log_std) + dim * log(2 pi) / 2)`` of the Gaussian head, recomputed only when
+        ``fast`` rebinds to new weights: per step they cost more than the maths that uses them."""
+        cached = self.__dict__.get("_box_cache")
+        if cached is None or cached[0] is not fast or cached[1] != fast.binds:
+            log_std = fast.extra[0]
+            cached = (fast, fast.binds, np.exp(log_std), float(log_std.sum(dtype=np.float64)) + _HALF_LOG_2PI * log_std.size)
+            self.__dict__["_box_cache"] = cached
+        return cached[2], cached[3]
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # the numpy views and generator are rebuilt on first use
         state.pop("_fast_actor", None)
         state.pop("_rng", None)
+        state.pop("_box_cache", None)
         return state
 
     def _numpy_actor(self) -> NumpyMLP | None:

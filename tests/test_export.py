@@ -101,9 +101,9 @@ def record(run_dir, layer: str, n: int = STATES):
 
     def recording_act(obs, deterministic=False, mask=None, critic_obs=None, with_value=True):
         out = act(obs, deterministic, mask, critic_obs, with_value)
-        assert np.array_equal(norm.inner(norm.raw), obs.numpy())  # the recorded input is this decision's
+        assert np.array_equal(norm.inner(norm.raw), np.asarray(obs))  # the recorded input is this decision's (numpy or torch)
         raws.append(norm.raw)
-        masks.append(None if mask is None else mask.numpy().copy())
+        masks.append(None if mask is None else np.array(mask))
         actions.append(policy.head.to_env_array(out[0]))
         return out
 

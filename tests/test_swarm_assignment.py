@@ -176,7 +176,7 @@ def test_the_assignment_reaches_the_env_before_the_drones_act():
     norms = {sp.name: ObservationNormalizer((sp.obs_dim,), enabled=False) for sp in specs}
     seen = []
     act = pols["drone"].act
-    pols["drone"].act = lambda obs, *a, **k: (seen.append(obs.numpy().copy()), act(obs, *a, **k))[1]
+    pols["drone"].act = lambda obs, *a, **k: (seen.append(np.array(obs)), act(obs, *a, **k))[1]
     sampler = Sampler(specs, venv, pols, norms, deterministic=True, first=first, scripted=["mission"])
     goals_after_decision = None
     orig = venv.apply_command
