@@ -133,6 +133,33 @@ def test_numpy_act_sees_new_weights_and_moved_storage():
     np.testing.assert_allclose(moved, net._act_torch(obs, deterministic=True)[0], rtol=1e-5, atol=1e-6)
 
 
+def test_numpy_act_takes_numpy_inputs_and_follows_a_new_log_std():
+    """The sampler passes numpy arrays: the same actions and log-probs as torch inputs; and the
+    Gaussian head's cached std and log-prob constant follow log_std when it changes in place
+    (load_state_dict, an optimizer step) or moves."""
+    torch.manual_seed(4)
+    net = ActorCritic(4, gym.spaces.Box(-5, 5, (3,)))
+    obs = torch.randn(6, 4)
+    x = obs.numpy()
+    np.testing.assert_array_equal(net.act(x, deterministic=True)[0], net.act(obs, deterministic=True)[0])
+    np.testing.assert_allclose(net.act(x, deterministic=True)[1], net._act_torch(obs, deterministic=True)[1], rtol=1e-6)
+    a, logp, v = net.act(x, with_value=True)
+    ref, _ = net.log_prob_entropy(obs, torch.as_tensor(a))
+    np.testing.assert_allclose(logp, ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(v, net.value(obs).detach().numpy(), rtol=1e-6)
+    before = net.act(x, deterministic=True)[1]
+    with torch.no_grad():  # in place, as an optimizer step
+        net.log_std.add_(torch.tensor([0.5, -0.25, 1.0]))
+    after = net.act(x, deterministic=True)[1]
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, net._act_torch(obs, deterministic=True)[1], rtol=1e-6)
+    a, logp, _ = net.act(x)
+    ref, _ = net.log_prob_entropy(obs, torch.as_tensor(a))
+    np.testing.assert_allclose(logp, ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    net.log_std.data = torch.full((3,), -1.0)  # new storage
+    np.testing.assert_allclose(net.act(x, deterministic=True)[1], net._act_torch(obs, deterministic=True)[1], rtol=1e-6)
+
+
 def test_numpy_act_is_seeded_by_torch():
     def draw():
         torch.manual_seed(7)
