@@ -403,16 +403,41 @@ def test_fab_benchmark_with_common_random_numbers_and_a_given_assignment(tmp_pat
                         "--out", str(tmp_path / "bad")])
 
 
-def test_fab_levers_pairs_every_variant_with_cr(tmp_path):
-    """benchmarks/fab_levers.py on 2 seeds: every lever's row, cr's own paired difference exactly 0,
-    and a lever that changes the run (no batch wait) a non-zero one."""
+def test_fab_levers_pairs_every_variant_with_cr(tmp_path, monkeypatch):
+    """benchmarks/fab_levers.py on 2 seeds: every lever's row, each paired with cr seed by seed
+    (its paired difference is its tardiness minus cr's on the same seed; cr's own exactly 0, cr
+    replayed on the same seeds the same run by run), and a lever that changes the run (no batch
+    wait) a non-zero one."""
     import fab_levers
 
+    from hdppo.envs.builtin.fab import build_model, get_scenario
+
+    per_seed = []                                                # (spec, seeds, runs) as main ran them
+    real_run = fab_levers.run
+
+    def spy(spec, model, seeds):
+        out = real_run(spec, model, seeds)
+        per_seed.append((spec, list(seeds), [r["mean_tardiness_h"] for r in out]))
+        return out
+
+    monkeypatch.setattr(fab_levers, "run", spy)
     fab_levers.main(["--seeds", "2", "--out", str(tmp_path / "levers")])
     report = json.loads((tmp_path / "levers.json").read_text())
     rows = report["rows"]
     assert set(rows) == set(fab_levers.variants())
+    assert [spec for spec, _, _ in per_seed] == list(fab_levers.variants().values())
+    assert all(seeds == [10000, 10001] for _, seeds, _ in per_seed)
+    tard = dict(zip(fab_levers.variants(), (t for _, _, t in per_seed)))
+    cr_mean = rows["cr"]["mean_tardiness_h"]["mean"]
+    for name, row in rows.items():
+        paired = row["paired_tardiness_diff_h"]
+        assert paired["n"] == 2, name
+        assert paired["mean"] == pytest.approx(row["mean_tardiness_h"]["mean"] - cr_mean, abs=1e-9), name
+        assert paired == pytest.approx(common.stat([a - b for a, b in zip(tard[name], tard["cr"])]), nan_ok=True), name
     assert rows["cr"]["paired_tardiness_diff_h"]["mean"] == 0.0
+    model = build_model(get_scenario("hvlm_mini"))        # cr replayed: the same tardiness seed by seed
+    again = [r["mean_tardiness_h"] for r in real_run({}, model, [10000, 10001])]
+    assert again == tard["cr"] == [r["mean_tardiness_h"] for r in real_run({}, model, [10000, 10001])]
     assert rows["cr, batch wait 0 min (240)"]["paired_tardiness_diff_h"]["mean"] != 0.0
     assert rows["cr, release x0.8 from day 0"]["released"]["mean"] < rows["cr"]["released"]["mean"]
     assert "| minimum slack |" in (tmp_path / "levers.md").read_text()

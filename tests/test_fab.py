@@ -225,6 +225,8 @@ def test_env_passes_the_gymnasium_checker_and_masks():
 
 
 def test_env_episode_reports_metrics_and_history(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     env = fab.FabEnv(days=0.5, release_control=True)
     assert env.action_space.nvec.tolist() == [8, 3]
     ep = fab.play(env, lambda o, e: e.rule_action("cr"), seed=0)
@@ -232,7 +234,15 @@ def test_env_episode_reports_metrics_and_history(tmp_path):
     h = env.history()
     assert h.shape[1] == 7 and len(h) >= 11 and (np.diff(h[:, 0]) > 0).all()
     path = fab.log_history(h, tmp_path / "tb")
-    assert any(path.iterdir())
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    acc.Reload()
+    names = ("wip", "queued", "late_wip", "tools_down", "completed", "mean_tardiness_h")   # history columns 1..6
+    assert sorted(acc.Tags()["scalars"]) == sorted(f"fab/{n}" for n in names)
+    for j, name in enumerate(names, start=1):
+        points = acc.Scalars(f"fab/{name}")
+        assert len(points) == len(h), name
+        assert [p.step for p in points] == [int(round(t / 60.0)) for t in h[:, 0]], name     # simulated hours
+        assert [p.value for p in points] == pytest.approx(h[:, j].astype(np.float32).tolist()), name
 
 
 def test_rule_actions_play_as_the_rules_do():

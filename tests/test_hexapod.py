@@ -61,10 +61,28 @@ def test_terrain_kinds_are_distinct_and_harder_with_difficulty():
     first = env.model.hfield_data.copy()
     _, _, term, _, info = _settle(env)
     assert not term and abs(info["body_height"] - env.stand_height) < 0.03
-    env.reset(seed=1)
+    # Each reset draws the episode's terrain from the env's seeded generator and writes it, over
+    # terrain_zmax, into the model's heightfield (and the height lookup the rewards use).
+    def written(e, kind, seed):
+        h = generate(kind, np.random.default_rng(seed), e.difficulty, e.params.terrain_cells, e._half)[1]
+        return np.clip(h / e.params.terrain_zmax, 0.0, 1.0).ravel()
+
+    def check(e, kind, seed):
+        np.testing.assert_allclose(e.model.hfield_data, written(e, kind, seed), atol=1e-6)
+        np.testing.assert_allclose(e.heights.h.ravel(), e.model.hfield_data * e.params.terrain_zmax, atol=1e-5)
+
+    check(env, "steps", 0)
+    env.reset(seed=2)   # steps are the same stairs every episode but for the coin (up or down): seed 2 flips it
+    assert not np.allclose(env.model.hfield_data, first)
+    check(env, "steps", 2)
     env2 = make(terrain="gravel", push_interval_s=0)
     env2.reset(seed=0)
     assert not np.allclose(env2.model.hfield_data, first)
+    check(env2, "gravel", 0)
+    gravel0 = env2.model.hfield_data.copy()
+    env2.reset(seed=1)  # gravel: new bumps every episode
+    assert not np.allclose(env2.model.hfield_data, gravel0)
+    check(env2, "gravel", 1)
 
 
 def test_push_changes_body_velocity():

@@ -258,21 +258,39 @@ def test_gap_teacher_errors_name_what_it_needs():
         gap_keeping_action(gym.make("CartPole-v1"))
 
 
-def test_kickstart_preset_trains_through_the_teacher(tmp_path):
+def test_kickstart_preset_trains_through_the_teacher(tmp_path, monkeypatch):
     """The preset, shrunk: the teacher labels every decision through hdppo's adapter (it finds the
     simulator under the wrappers), and the run charts its loss."""
+    import functools
     import json
 
+    from hdppo.envs.builtin import driving
     from hdppo.platform import metrics as M
     from hdppo.platform.trainer import Trainer
+
+    labels = []                                   # ray.backend=local: the engine steps in this process
+    real = driving.gap_teacher
+
+    @functools.wraps(real)
+    def counting(raw_obs, members, env=None, **kwargs):
+        labels.append(real(raw_obs, members, env, **kwargs))
+        return labels[-1]
+
+    monkeypatch.setattr(driving, "gap_teacher", counting)
 
     cfg = load_config(ROOT / "configs" / "highway_kickstart.yaml",
                       ["ray.backend=local", "train.total_env_steps=128", "train.eval_episodes=0",
                        "layers.0.dppo.num_workers=1", "layers.0.dppo.train_batch_size=64", "layers.0.ppo.num_epochs=1"])
     assert cfg.layers[0].teacher.policy == "hdppo.envs.builtin.driving:gap_teacher"
-    Trainer(cfg, tmp_path / "run", quiet=True).train()
-    tags = {json.loads(line)["tag"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()}
-    assert M.LOSS_TEACHER in tags
+    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    teacher = {r["step"]: r["value"] for r in rows if r["tag"] == M.LOSS_TEACHER}
+    weighted = {r["step"] for r in rows if r["tag"] == M.CHART_TEACHER_COEFF and r["value"] > 0}
+    # Charted at every update the teacher's weight is on (it anneals to 0 over the first half), as a finite NLL.
+    assert teacher and set(teacher) == weighted, (teacher, weighted)
+    assert all(np.isfinite(v) and v > 0 for v in teacher.values()), teacher
+    # One ego vehicle, one decision per env step: the teacher labelled each step sampled, with a meta-action.
+    assert len(labels) == summary["env_steps"] and set(labels) <= set(range(5)), (len(labels), summary)
 
 
 def test_lookahead_oracle_plans_on_a_copy_of_the_simulator():

@@ -155,12 +155,20 @@ def test_random_instances_differ_by_seed_and_repeat_with_it():
 
 
 def test_gantt_png_and_tensorboard_image(tmp_path):
+    import imageio.v3 as iio
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     inst = load_instance("ft06")
     _, starts = run_rule(inst, "MOR", "nondelay")
     img = gantt_image(inst, starts, dpi=40)
     assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 and img.std() > 0
-    log_gantt(tmp_path, "jobshop/gantt/ft06", inst, starts)
-    assert list(tmp_path.glob("events.out.tfevents.*"))
+    logged = log_gantt(tmp_path, "jobshop/gantt/ft06", inst, starts, step=7)
+    acc = EventAccumulator(str(tmp_path), size_guidance={"images": 0})
+    acc.Reload()
+    assert acc.Tags()["images"] == ["jobshop/gantt/ft06"]
+    [event] = acc.Images("jobshop/gantt/ft06")
+    assert event.step == 7 and (event.height, event.width) == logged.shape[:2]
+    assert np.array_equal(iio.imread(event.encoded_image_string)[..., :3], logged)   # the chart itself, lossless
     env = JobShopEnv(instance="ft06", render_mode="rgb_array")
     env.reset(seed=0)
     env.step(int(np.flatnonzero(env.action_masks())[0]))

@@ -158,15 +158,40 @@ def test_dead_units_leave_the_agents_with_a_last_step():
 def test_each_scripted_opponent_plays_whole_games_from_either_side(name):
     for scenario in SCENARIO_NAMES:
         env = parallel_env(scenario=scenario, opponent=name)
+        # The env's own player commands blue: each of its live units' actions must be legal too
+        # (an illegal one would silently be a no-op).
+        blue_checked = 0
+        play_blue = env._opponent
+
+        def checked(b, team, rng):
+            nonlocal blue_checked
+            acts = play_blue(b, team, rng)
+            assert team == 1 and acts.shape == (1, b.n)
+            live = b.alive[0, b.n:]
+            legal = b.mask[0, b.n:][np.arange(b.n), acts[0]]
+            assert legal[live].all(), (scenario, acts[0], np.flatnonzero(live & ~legal))
+            blue_checked += int(live.sum())
+            return acts
+
+        env._opponent = checked
         env.reset(seed=2)
+        steps = 0
         while env.agents:
             # The same scripted player commands the red side: a mirror match, legal throughout.
             acts = env.scripted_actions(name)
             for a, act in acts.items():
                 assert env.battle.mask[0, env._slot[a], act]
             *_, info = env.step(acts)
+            steps += 1
+        assert blue_checked >= steps  # blue was checked every step
         outcome = next(iter(info.values()))
         assert {"win", "draw", "outcome", "kills", "losses", "episode_steps"} <= set(outcome)
+        # Exactly one of win, draw, loss, and the outcome says which.
+        loss = int(outcome["outcome"] == -1)
+        assert outcome["win"] in (0, 1) and outcome["draw"] in (0, 1) and outcome["outcome"] in (-1, 0, 1)
+        assert outcome["win"] + outcome["draw"] + loss == 1, outcome
+        assert outcome["outcome"] == outcome["win"] - loss and outcome["episode_steps"] == steps
+        assert env.last_outcome == {k: outcome[k] for k in env.last_outcome}
 
 
 def test_scripted_opponents_rise_in_strength():
@@ -462,6 +487,7 @@ def test_summaries_and_views_for_upper_layers():
     s = squad_summary(b)
     assert s.shape == (1, 4, 4) and np.allclose(s[0, :, :2], 1.0)  # everyone alive, full hp
     assert team_summary(b).shape == (1, 2, 3)
+    np.testing.assert_array_equal(team_summary(b)[0], np.ones((2, 3)))  # all alive, full hp, all ready
 
     class Adapter:  # what hdppo hands a 'module:function' view: its adapter, whose .env is the env
         pass
@@ -470,6 +496,36 @@ def test_summaries_and_views_for_upper_layers():
     adapter.env = env
     assert squad_view({}, env.squads["squad_1"], adapter).shape == (4 * 4 + 1,)
     assert team_view({}, env.possible_agents, adapter).shape == (4 * 4 + 6 + 1,)
+    # Hurt squad 1 = (melee, ranged, ranged, healer) = red_4..red_7: red_5 (ranged, 70 hp) loses 35
+    # hp, red_7 (healer, 60 hp) dies; red_0's cooldown runs. Full hp: squad 0 (M, M, R, H) 370, squad 1 320.
+    b.hp[0, 5] -= 35.0
+    b.hp[0, 7], b.alive[0, 7] = 0.0, False
+    b.cd[0, 0] = 1.0
+    w, h = b.width, b.height
+
+    def centroid(units):
+        return np.array([b.x[0, units].mean() / w, b.y[0, units].mean() / h])
+
+    red0, red1 = np.r_[1.0, 1.0, centroid([0, 1, 2, 3])], np.r_[0.75, 225 / 320, centroid([4, 5, 6])]
+    blue = [np.r_[1.0, 1.0, centroid(b.n + np.flatnonzero(b.squad[b.n:] == j))] for j in range(2)]
+    np.testing.assert_allclose(squad_summary(b)[0], [red0, red1, *blue], rtol=1e-5)
+    team = [[7 / 8, 595 / 690, 6 / 7], [1.0, 1.0, 1.0]]
+    np.testing.assert_allclose(team_summary(b)[0], team, rtol=1e-5)
+
+    def rel(row, to):  # a summary row with its centroid relative to squad ``to``'s
+        return np.r_[row[:2], row[2:] - to[2:]]
+
+    # A squad's view starts with its own summary (squad 1's for squad 1's members, not squad 0's),
+    # then the enemy squads, then the other own squad, centroids relative to its own; then the time.
+    want1 = np.concatenate([red1, rel(blue[0], red1), rel(blue[1], red1), rel(red0, red1), [0.0]])
+    np.testing.assert_allclose(squad_view({}, env.squads["squad_1"], adapter), want1, rtol=1e-5, atol=1e-6)
+    want0 = np.concatenate([red0, rel(blue[0], red0), rel(blue[1], red0), rel(red1, red0), [0.0]])
+    np.testing.assert_allclose(squad_view({}, env.squads["squad_0"], adapter), want0, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(team_view({}, env.possible_agents, adapter),
+                               np.concatenate([red0, red1, *blue, *team, [0.0]]), rtol=1e-5)
+    env.step({})   # the time: steps over the scenario's max_steps (150)
+    assert squad_view({}, env.squads["squad_1"], adapter)[-1] == team_view({}, env.possible_agents, adapter)[-1] \
+        == np.float32(1 / 150)
 
 
 def test_rewards_for_a_hierarchy_are_registered_and_follow_orders():
@@ -505,8 +561,46 @@ def test_rewards_for_a_hierarchy_are_registered_and_follow_orders():
     # The env's infos carry what these read.
     env = parallel_env(scenario="8v8_mixed", opponent="nearest")
     env.reset(seed=0)
+    b = env.battle
+    x0, y0, alive0 = b.x[0].copy(), b.y[0].copy(), b.alive[0].copy()
     *_, info = env.step(env.scripted_actions("nearest"))
-    assert follow(command=np.stack([advance_on_0] * 8), info=list(info.values())).shape == (8,)
+    read = {"squad", "n_squads", "unit_type", "dealt", "dealt_to", "taken", "approach", "moved", "retreat",
+            "cohesion", "spacing", "depth"}   # what follow_order and squad_objective read
+    types = [0, 0, 1, 2, 0, 1, 1, 2]          # 8v8_mixed: (M, M, R, H), (M, R, R, H)
+    # Enemy squads' centroids before the step: approach is the distance to them before minus after.
+    ex = [x0[b.n:][(b.squad[b.n:] == j) & alive0[b.n:]].mean() for j in range(2)]
+    ey = [y0[b.n:][(b.squad[b.n:] == j) & alive0[b.n:]].mean() for j in range(2)]
+    assert list(info) == env.possible_agents
+    for k, a in enumerate(env.possible_agents):
+        i = info[a]
+        assert read <= set(i), (a, read - set(i))
+        assert i["n_squads"] == 2 and i["squad"] == k // 4 and i["unit_type"] == types[k]
+        assert np.shape(i["dealt_to"]) == np.shape(i["approach"]) == (2,)
+        dx, dy = b.x[0, k] - x0[k], b.y[0, k] - y0[k]
+        assert i["moved"] == pytest.approx(np.hypot(dx, dy)) and i["retreat"] == pytest.approx(-dx)  # red's edge: x = 0
+        before, after = np.hypot(x0[k] - np.array(ex), y0[k] - np.array(ey)), np.hypot(b.x[0, k] - np.array(ex),
+                                                                                          b.y[0, k] - np.array(ey))
+        np.testing.assert_allclose(i["approach"], before - after, atol=1e-9)
+    assert sum(i["moved"] > 0 for i in info.values()) >= 4   # they walked toward the enemy
+    units = list(info.values())
+    got = follow(command=np.stack([advance_on_0] * 8), info=units)
+    assert got.shape == (8,)
+    # advance on squad 0, tight: 0.1 * dealt to squad 0 + 0.3 * approach to it - 0.1 * cohesion beyond 3.
+    want = [0.1 * i["dealt_to"][0] + 0.3 * i["approach"][0] - 0.1 * max(i["cohesion"] - 3.0, 0.0) for i in units]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.abs(got).max() > 0.1
+    # On squad 1, hold, loose: 0.1 * dealt to squad 1 - 0.3 * moved - 0.1 * spacing short of 1.5.
+    hold_loose = np.array([0, 1, 0, 1, 0, 0, 1], np.float32)
+    want = [0.1 * i["dealt_to"][1] - 0.3 * i["moved"] - 0.1 * max(1.5 - i["spacing"], 0.0) for i in units]
+    np.testing.assert_allclose(follow(command=np.stack([hold_loose] * 8), info=units), want, rtol=1e-5, atol=1e-6)
+    # The squad objective over the same infos: squad 0 told to engage enemy squad 1, squad 1 to hold.
+    goal = np.array([0, 1, 0, 0, 0, 1], np.float32)
+    squads = [{a: info[a] for a in env.squads[f"squad_{s}"]} for s in range(2)]
+    got = objective(command=np.stack([goal, goal]), info=squads)
+    s0, s1 = units[:4], units[4:]
+    want = [sum(0.1 * (i["dealt_to"][1] + i["approach"][1]) - 0.05 * i["taken"] for i in s0),
+            sum(0.1 * (i["dealt"] - i["taken"]) - 0.1 * max(i["depth"] - 0.5, 0.0) for i in s1)]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_order_reward_from_the_envs_info_columns_equals_the_one_from_its_dicts():

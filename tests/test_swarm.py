@@ -331,7 +331,7 @@ def test_scripted_pilots():
         fly("nope", "8_medium", episodes=1)
 
 
-def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_path):
+def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_path, monkeypatch):
     """benchmarks/swarm.py flies with crash_on_collision by default, as the presets train (the
     scripted rows too, recorded in the report's settings), and a run trained without crashes is
     refused by name, not compared."""
@@ -340,9 +340,19 @@ def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_pa
 
     import yaml
 
+    import hdppo.envs.builtin.swarm.scripted as scripted
+
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import swarm as bench
 
+    calls = []                                                   # scripted_rows imports fly at call time
+    real_fly = scripted.fly
+
+    def spy(pilot, scenario, *args, **kwargs):
+        calls.append((pilot, scenario, kwargs.get("crash_on_collision")))
+        return real_fly(pilot, scenario, *args, **kwargs)
+
+    monkeypatch.setattr(scripted, "fly", spy)
     run = tmp_path / "no_crash"
     run.mkdir()
     data = load_config(ROOT / "configs" / "swarm_flat.yaml").model_dump(mode="json")
@@ -353,6 +363,8 @@ def test_benchmark_crash_flag_flies_the_pilots_so_and_refuses_unlike_runs(tmp_pa
                        "--episodes", "4", "--scenarios", "8_medium", "--out", str(out)]) == 0
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["settings"]["crash_on_collision"] is True and report["scripted"]
+    assert sorted((p, sc) for p, sc, _ in calls) == sorted((p, "8_medium") for p in scripted.PILOTS)
+    assert all(crash is True for _, _, crash in calls), calls
     err = report["trained"]["flat"]["error"]
     assert "crash_on_collision is False" in err and "pass --no-crash" in err and str(run) in err
 

@@ -115,12 +115,31 @@ def test_the_middle_layers_intrinsic_reward_reaches_its_batches():
     from test_hierarchy import _runner
 
     runner, _ = _runner(three_layers(), ["strategy", "navigate", "control"], num_envs=4)
+    # Per env step, strategy's command as navigate saw it and the env's infos of that step.
+    seen: list[tuple[np.ndarray, list]] = []
+    env_step = runner.venv.step
+
+    def step(actions):
+        cmd = runner.commands["strategy"].copy()
+        res = env_step(actions)
+        seen.append((cmd, [{a: dict(i) for a, i in copy.items()} for copy in res.infos]))
+        return res
+
+    runner.venv.step = step
     for _ in range(64):
         runner.step()
     buf = runner.buffers["navigate"]
     T = runner.t
+    assert T == 65 and len(seen) == 64 and buf.decided[1:T].all()   # navigate decides every step (period 1)
     int_r = buf.int_r[1:T][buf.decided[1:T]]
     assert np.abs(int_r).sum() > 0 and set(np.unique(int_r)) <= {-1.0, 0.0, 1.0}
+    # Row t was decided at step t - 1 and closed when navigate decided again: its intrinsic reward is
+    # the progress, as that step's infos report it, toward the room strategy commanded then.
+    for t, (cmd, infos) in enumerate(seen, start=1):
+        for n in range(runner.N):
+            room = int(np.argmax(cmd[n, 0]))
+            assert cmd[n, 0].sum() == 1.0, (t, n)                       # a one-hot room every step
+            assert buf.int_r[t, n, 0] == infos[n]["agent_0"]["progress"][room], (t, n)
     harvest = runner.harvest()
     assert harvest["navigate"].intrinsic_reward != 0 and harvest["strategy"].intrinsic_reward == 0
     assert harvest["control"].intrinsic_reward > 0   # follow rewards are never negative
