@@ -47,7 +47,9 @@ def total_steps_curve(run_dir: Path, offset: int = 0) -> list[tuple[int, float]]
     latest = {name: 0 for name in heads}
     curve = []
     for r in rows:
-        if r["layer"] in latest and r["tag"] == "perf/env_steps_per_s":
+        # Every row of an update carries that update's env steps: take them from whichever row
+        # comes first (the return is logged before perf/env_steps_per_s within an update).
+        if r["layer"] in latest:
             latest[r["layer"]] = max(latest[r["layer"]], r["step"])
         if r["layer"] == heads[0] and r["tag"] == RETURN_TAG:
             curve.append((offset + sum(latest.values()), r["value"]))

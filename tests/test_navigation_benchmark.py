@@ -1,5 +1,6 @@
 """The AntNavigate benchmark scripts on tiny two-stage runs: the pre-training's steps count
 towards the hierarchy's, and the walk-skill probe drives a skill from a run dir."""
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def test_pretraining_steps_count_and_the_skill_probe_runs(tmp_path):
     assert m["pretrain"]["env_steps"] == pre_steps and m["env_steps"] == pre_steps + nav_steps
     first, second = total_steps_curve(tmp_path / "walk"), total_steps_curve(tmp_path / "nav")
     assert first and second and m["curve"] == first + [(s + pre_steps, r) for s, r in second]
+    # A point is placed at the env steps of the update that logged it (not the update before).
+    returns = [json.loads(x) for x in (tmp_path / "walk" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [s for s, _ in first] == [r["step"] for r in returns if r["tag"] == "charts/episodic_return"]
     assert all(s <= pre_steps for s, _ in first) and all(pre_steps <= s <= pre_steps + nav_steps for s, _ in m["curve"][len(first):])
 
     policy, norm = load_walk(tmp_path / "walk")
