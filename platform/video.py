@@ -174,7 +174,7 @@ def _make_render_env(cfg: Any, seed: int | None, grab: Callable[[np.ndarray, boo
     """(a one-copy vector env whose copy renders into ``grab``, its first observation, the layer specs,
     the env's frame rate)."""
     from ..envs.vector import AdapterCopies, GymnasiumCopies
-    from ..hierarchies.spec import build_spec, make_env, reset_env
+    from ..hierarchies.spec import make_env
 
     headless()
     rcfg = _render_config(cfg)
@@ -192,12 +192,7 @@ def _make_render_env(cfg: Any, seed: int | None, grab: Callable[[np.ndarray, boo
                            "an [H, W, 3] uint8 image (see hdppo.envs.vector.VectorMultiAgentEnv), or record with an "
                            "env.type that makes single copies of the same env.")
         venv = _VectorFrames(venv, name, grab)
-        try:
-            first = reset_env(venv, seed)
-            specs = build_spec(cfg, venv, first)
-        except BaseException:
-            venv.close()
-            raise
+        first, specs = _reset_and_spec(cfg, venv, seed)
         meta = getattr(venv, "metadata", None) or {}
         return venv, first, specs, float(meta.get("render_fps") or DEFAULT_FPS)
     if isinstance(venv, GymnasiumCopies):
@@ -214,14 +209,21 @@ def _make_render_env(cfg: Any, seed: int | None, grab: Callable[[np.ndarray, boo
         raise EnvError(f"env {name!r} was made with render_mode='rgb_array' but reports render_mode {mode!r}. "
                        + _RENDER_FIX)
     copies[0] = _FrameGrabber(inner, name, grab)
+    first, specs = _reset_and_spec(cfg, venv, seed)
+    meta = getattr(inner, "metadata", None) or getattr(getattr(inner, "env", None), "metadata", None) or {}
+    return venv, first, specs, float(meta.get("render_fps") or DEFAULT_FPS)
+
+
+def _reset_and_spec(cfg: Any, venv: Any, seed: int | None) -> tuple[Any, Any]:
+    """The first observation and the layer specs of a render env just made; closed if either fails."""
+    from ..hierarchies.spec import build_spec, reset_env
+
     try:
         first = reset_env(venv, seed)
-        specs = build_spec(cfg, venv, first)
+        return first, build_spec(cfg, venv, first)
     except BaseException:
         venv.close()
         raise
-    meta = getattr(inner, "metadata", None) or getattr(getattr(inner, "env", None), "metadata", None) or {}
-    return venv, first, specs, float(meta.get("render_fps") or DEFAULT_FPS)
 
 
 def check_renders(cfg: Any, seed: int | None = None) -> None:
