@@ -183,7 +183,9 @@ class Learner:
             batch = r.batch if keep.all() else r.batch.take(np.flatnonzero(keep))
             if d.stale == "downweight":  # a new Batch: the rollout may be the worker's own object (local backend)
                 batch = dataclasses.replace(batch, weights=batch.weights * w[keep])
-            kept.append(Rollout(batch, r.stats))
+            # A partly stale rollout counts only the samples it keeps (perf/samples, per worker).
+            stats = r.stats if keep.all() else dataclasses.replace(r.stats, num_samples=int(keep.sum()))
+            kept.append(Rollout(batch, stats))
             lags.append(lag[keep])
         return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), np.concatenate(dropped)
 

@@ -83,7 +83,7 @@ def _rollout(versions, worker=0):
     b = Batch(np.zeros((n, 4), np.float32), np.zeros((n, 1), np.float32), np.zeros(n, np.float32),
               np.zeros(n, np.float32), np.arange(n, dtype=np.float32), np.zeros(n, np.float32),
               versions=np.asarray(versions, np.int64), ids=ids)
-    return Rollout(b, RolloutStats(worker=worker, version=int(min(versions)), env_steps=n, sample_s=0.0))
+    return Rollout(b, RolloutStats(worker=worker, version=int(min(versions)), env_steps=n, sample_s=0.0, num_samples=n))
 
 
 @pytest.mark.parametrize("rule", ["drop", "downweight"])
@@ -100,8 +100,10 @@ def test_samples_older_than_max_lag_are_never_used(rule):
     assert kept[0].batch.ids[:, 2].tolist() == [0, 1, 2]  # the ids follow their samples
     expect = [1, 1, 1] if rule == "drop" else [1, 0.5, 0.25]
     assert kept[0].batch.weights.tolist() == expect
+    assert kept[0].stats.num_samples == 3  # the kept rollout's count is what it keeps, not what was sampled
     result = learner.update_central(_rollout([10, 9, 8, 7, 3]))
     assert result.metrics[M.PERF_MAX_STALENESS] == 2 and result.metrics[M.PERF_DROPPED_STALE] == 2
+    assert result.metrics[M.PERF_SAMPLES] == 3 and result.metrics[f"{M.PERF_WORKER_SAMPLES}/0"] == 3
     acc = result.accounting
     assert acc.trained[:, 2].tolist() == [0, 1, 2] and acc.stale[:, 2].tolist() == [3, 4] and not len(acc.failed)
     # Only stale samples: nothing trained, all of them counted (the version stays).
