@@ -49,6 +49,49 @@ def _report_stop(args: argparse.Namespace, summary: dict) -> int:
     return stop["exit_code"]
 
 
+def _output_path(path: Path, flag: str, overwrite: bool, *extra: Path) -> Path:
+    """``path`` (and ``extra`` files written beside it) checked before any work: not a folder, not an
+    existing file unless ``--overwrite`` (a user's files are never replaced unasked), and in a folder
+    that exists or can be made by a user allowed to write there."""
+    from .errors import ConfigError
+
+    for f in (path, *extra):
+        if f.is_dir():
+            raise ConfigError(f"{flag} {f}: that is a folder. Name a file (e.g. {f / ('model' + (path.suffix or '.out'))}).")
+        if f.exists() and not overwrite:
+            raise ConfigError(f"{flag} {f}: the file exists, and hdppo does not replace files unasked. Pass "
+                              "--overwrite to replace it, or name another file.")
+    import tempfile
+
+    folder, missing = path.absolute().parent, []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    try:  # the real test (os.access says yes to root anywhere): make what is missing, write a file, undo both
+        for f in reversed(missing):
+            f.mkdir()
+        tempfile.TemporaryFile(dir=path.absolute().parent).close()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: no file can be written in {path.absolute().parent} "
+                          f"({exc.strerror or exc}). Name a file in a folder you can write to.") from None
+    finally:
+        for f in missing:
+            if f.exists():
+                f.rmdir()
+    return path
+
+
+def _positive(kind: type):
+    """An argparse type: a number above 0 (argparse turns the ValueError into a usage error, exit 2)."""
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def _run_dir_config(run_dir: Path, fix: str):
     """The config a run dir was trained with; a clear error when the folder is not a run dir."""
     from .config import load_config
@@ -72,6 +115,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         from .video import check_output
 
         check_output(args.video)  # a format that cannot be written fails before anything is loaded
+        _output_path(Path(args.video), "--video", args.overwrite)
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
     ckpt = policy_checkpoint(run_dir, args.checkpoint)
     states = learner_states(load_checkpoint(ckpt))
@@ -115,6 +159,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     check_format(args.format)
     ckpt = policy_checkpoint(run_dir, args.checkpoint)
     out = Path(args.out) if args.out else run_dir / "export" / f"{layer}{FORMATS[args.format]}"
+    _output_path(out, "--out", args.overwrite, out.with_name(out.name + ".json"))
     model, meta = export_layer(cfg, learner_states(load_checkpoint(ckpt))[layer], layer, args.format, out,
                                {"run_dir": str(run_dir), "checkpoint": ckpt.name})
     print(f"[hdppo] {layer} ({ckpt.name}) exported as {args.format}: {model}")
@@ -228,12 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="deterministic episodes with a run's last checkpoint")
     e.add_argument("run_dir")
-    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--episodes", type=_positive(int), default=10)
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--video", metavar="PATH", help="record the episodes (one env copy, headless) into PATH, .mp4 or "
                    ".gif; a hierarchy's frames show the upper layers' commands")
-    e.add_argument("--fps", type=float, help="frames a second of the video (default the env's render_fps, else 30)")
+    e.add_argument("--overwrite", action="store_true", help="replace the --video file if it exists")
+    e.add_argument("--fps", type=_positive(float), help="frames a second of the video (default the env's render_fps, else 30)")
     e.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
     e.add_argument("--scripted", action="append", default=[], metavar="LAYER",
                    help="the layer acts by its teacher.policy instead of its weights (repeatable): how well the "
@@ -247,11 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="onnx (needs pip install 'hdppo[export]') or torchscript (default onnx)")
     x.add_argument("--out", help="model file (default RUN_DIR/export/<layer>.onnx or .pt; the JSON goes beside it)")
     x.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
+    x.add_argument("--overwrite", action="store_true", help="replace the model file and its JSON if they exist")
     x.set_defaults(fn=_cmd_export)
 
     c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")
     c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")
-    c.add_argument("--steps", type=int, default=200)
+    c.add_argument("--steps", type=_positive(int), default=200)
     c.set_defaults(fn=_cmd_check_env)
 
     a = sub.add_parser("ablate", help="train a config with several worker counts; table and plot")
@@ -271,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--layer", help="the layer whose metric ranks the trials (default the top layer)")
     w.add_argument("--mode", choices=["max", "min"], default="max", help="whether higher or lower is better")
     w.add_argument("--sweep-dir", help="output folder (default runs/<name>-sweep-<timestamp>)")
-    w.add_argument("--max-concurrent", type=int, help="trials at once (default: one per CPU, all if fewer)")
+    w.add_argument("--max-concurrent", type=_positive(int), help="trials at once (default: one per CPU, all if fewer)")
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
     w.add_argument("--address", help="Ray address: 'auto' or host:port joins a cluster; default embedded local Ray")
     w.add_argument("--working-dir", metavar="DIR", help=WORKING_DIR_HELP)

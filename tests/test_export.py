@@ -212,3 +212,25 @@ def test_export_errors(runs, tmp_path, capsys, monkeypatch):
     msg = _error(capsys, str(run_dir), "--layer", "control", "--format", "onnx")
     assert "needs the package(s) onnxscript" in msg and "pip install 'hdppo[export]'" in msg
     assert not (run_dir / "export").exists()
+
+
+def test_export_never_replaces_a_users_file_unasked_and_checks_the_folder(runs, tmp_path, capsys):
+    run_dir = runs["cartpole"]
+    mine = tmp_path / "mine.pt"
+    mine.write_text("the user's own file")
+    msg = _error(capsys, str(run_dir), "--format", "torchscript", "--out", str(mine))
+    assert "the file exists" in msg and "--overwrite" in msg and mine.read_text() == "the user's own file"
+    assert not mine.with_name("mine.pt.json").exists()
+    side = tmp_path / "other.pt"
+    side.with_name("other.pt.json").write_text("{}")   # the JSON beside the model is the user's too
+    assert "other.pt.json: the file exists" in _error(capsys, str(run_dir), "--format", "torchscript", "--out", str(side))
+    assert not side.exists()
+    (tmp_path / "a_folder.pt").mkdir()
+    assert "that is a folder" in _error(capsys, str(run_dir), "--format", "torchscript", "--out", str(tmp_path / "a_folder.pt"))
+    assert "no file can be written in /proc/nope" in _error(capsys, str(run_dir), "--format", "torchscript", "--out", "/proc/nope/m.pt")
+    assert "no file can be written" in _error(capsys, str(run_dir), "--format", "torchscript", "--out", str(mine / "m.pt"))
+    deep = tmp_path / "new" / "deeper" / "m.pt"   # a folder that can be made: checked, then left as it was
+    assert main(["export", str(run_dir), "--format", "torchscript", "--out", str(deep)]) == 0 and deep.is_file()
+    (deep.parent / "m.pt").unlink(), (deep.parent / "m.pt.json").unlink(), deep.parent.rmdir(), deep.parent.parent.rmdir()
+    assert main(["export", str(run_dir), "--format", "torchscript", "--out", str(mine), "--overwrite"]) == 0
+    assert mine.read_bytes() != b"the user's own file" and mine.with_name("mine.pt.json").is_file()

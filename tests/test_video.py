@@ -189,3 +189,23 @@ def test_mujoco_hopper_video_offscreen(tmp_path, capsys):
     frames = read_mp4(tmp_path / "hopper.mp4")
     assert len(frames) == result["lengths"][0] + 1 and frames.shape[1:] == (64, 96, 3)
     assert frames.std() > 5  # a picture, not a blank buffer
+
+
+def test_eval_refuses_bad_counts_and_never_replaces_a_users_file(cartpole_run, tmp_path, capsys):
+    for argv in (["--episodes", "0"], ["--episodes", "-3"], ["--video", str(tmp_path / "v.gif"), "--fps", "-5"],
+                 ["--video", str(tmp_path / "v.gif"), "--fps", "0"]):
+        with pytest.raises(SystemExit) as exc:   # argparse's usage error
+            main(["eval", str(cartpole_run), *argv])
+        assert exc.value.code == 2 and "must be above 0" in capsys.readouterr().err
+    assert not (tmp_path / "v.gif").exists()
+    mine = tmp_path / "mine.mp4"
+    mine.write_text("the user's own film")
+    assert main(["eval", str(cartpole_run), "--episodes", "1", "--video", str(mine)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the file exists" in err and "--overwrite" in err and mine.read_text() == "the user's own film"
+    (tmp_path / "d.mp4").mkdir()
+    assert main(["eval", str(cartpole_run), "--episodes", "1", "--video", str(tmp_path / "d.mp4")]) == 2
+    assert "that is a folder" in " ".join(capsys.readouterr().err.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.mp4", "mine.mp4"]   # no partial file left
+    assert main(["eval", str(cartpole_run), "--episodes", "1", "--video", str(mine), "--overwrite"]) == 0
+    assert mine.stat().st_size > 100
