@@ -43,6 +43,12 @@ class LearnedCount(Bonus):
     def state(self):
         return self.updates
 
+    def checkpoint(self):
+        return {"updates": self.updates}
+
+    def restore(self, state):
+        self.updates = state["updates"]
+
 
 def _bonus_series(tmp_path, exploration: dict, steps: int = 512) -> list[float]:
     cfg = validate(tiny_config(layers=[{"name": "control", "exploration": exploration,
@@ -56,9 +62,23 @@ def _bonus_series(tmp_path, exploration: dict, steps: int = 512) -> list[float]:
 
 
 def test_a_bonus_registered_by_a_test_file_reaches_the_rewards(tmp_path):
-    series = _bonus_series(tmp_path, {"type": "test_constant", "coeff": 0.25, "coeff_final": 0.25,
-                                      "params": {"scale": 2.0}})
+    exploration = {"type": "test_constant", "coeff": 0.25, "coeff_final": 0.25, "params": {"scale": 2.0}}
+    series = _bonus_series(tmp_path, exploration)
     assert len(series) == 2 and series == pytest.approx([0.5, 0.5])
+    # The chart reads the bonus part of each transition; the reward trained on (R, before
+    # scaling) holds it too: CartPole's 1 per step, plus 0.5.
+    from hdppo.platform.parameter_service import ParameterService
+    from hdppo.platform.rollout_worker import RolloutWorker
+
+    cfg = validate(tiny_config(layers=[{"name": "control", "exploration": exploration}]))
+    sampler = RolloutWorker(cfg, ["control"], 0, 1, ParameterService()).sampler
+    for _ in range(20):
+        sampler.step()
+    buf = sampler.buffers["control"]
+    closed = buf.closed[:sampler.t]
+    assert closed.sum() >= 19 * sampler.N
+    assert np.all(buf.bonus[:sampler.t][closed] == 0.5) and np.all(buf.env_r[:sampler.t][closed] == 1.0)
+    np.testing.assert_allclose(buf.R[:sampler.t][closed], 1.5)
 
 
 def test_a_bonus_named_by_module_path_is_built_without_registering(tmp_path):
@@ -73,6 +93,18 @@ def test_a_learned_bonus_publishes_its_state_and_workers_adopt_it(tmp_path):
     # each lane's first transition, opened at the end of the previous rollout.
     series = _bonus_series(tmp_path, {"type": "test_bonuses:LearnedCount"})
     assert len(series) == 1 and 0.9 < series[0] <= 1.0, series
+
+
+def _rollout(n: int, worker: int = 0):
+    """A rollout of ``n`` CartPole-sized samples (4 observations, 2 actions) from version 0."""
+    from hdppo.platform.batch import Batch, Rollout, RolloutStats
+
+    rng = np.random.default_rng(worker)
+    ids = np.stack([np.full(n, worker), np.zeros(n, np.int64), np.arange(n), np.zeros(n, np.int64)], axis=1)
+    batch = Batch(rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 2, (n, 1)).astype(np.float32),
+                  np.full(n, np.log(0.5), np.float32), np.zeros(n, np.float32), rng.normal(size=n).astype(np.float32),
+                  rng.normal(size=n).astype(np.float32), versions=np.zeros(n, np.int64), ids=ids)
+    return Rollout(batch, RolloutStats(worker=worker, version=0, env_steps=n, sample_s=0.0, num_samples=n))
 
 
 def test_learned_bonus_on_the_learner(tmp_path):
@@ -92,6 +124,15 @@ def test_learned_bonus_on_the_learner(tmp_path):
     learner = Learner(cfg, "control", 4, gym.spaces.Discrete(2), Service())
     assert isinstance(learner.bonus, LearnedCount)
     assert Service.published[-1][-1] == [0]   # the bonus state travels with each version
+    # One update: the bonus is trained once, and its new state is published with version 1.
+    learner.update_central(_rollout(64))
+    assert learner.bonus.updates == 1 and Service.published[-1][1] == 1 and Service.published[-1][-1] == [1]
+    # ... and checkpointed: a fresh learner restored from the state has the trained bonus.
+    state = learner.get_state()
+    assert state.get("bonus") == {"updates": 1}
+    fresh = Learner(cfg, "control", 4, gym.spaces.Discrete(2), Service())
+    fresh.set_state(state)
+    assert fresh.bonus.updates == 1 and Service.published[-1][-1] == [1]
     cfg = validate(tiny_config(layers=[{"name": "control", "exploration": {"type": "test_constant"}}]))
     assert Learner(cfg, "control", 4, gym.spaces.Discrete(2), Service()).bonus is None
 

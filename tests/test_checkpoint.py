@@ -27,7 +27,16 @@ def test_resume_restores_identical_weights_optimizer_and_counters(tmp_path):
     now = {"learner": now["learners"]["control"], "workers": now["workers"]}
     for k, v in group_state["learner"]["policy"].items():
         assert torch.equal(now["learner"]["policy"][k], v)
-    assert now["learner"]["optimizer"]["state"][0]["step"] == group_state["learner"]["optimizer"]["state"][0]["step"]
+    # The optimizer's whole state: every parameter's step and Adam moments, not just the first step.
+    opt_now, opt_saved = now["learner"]["optimizer"], group_state["learner"]["optimizer"]
+    assert opt_now["param_groups"] == opt_saved["param_groups"]
+    assert opt_now["state"].keys() == opt_saved["state"].keys()
+    assert len(opt_saved["state"]) == len(opt_saved["param_groups"][0]["params"])  # every parameter has an entry
+    for i, saved_entry in opt_saved["state"].items():
+        assert saved_entry.keys() == opt_now["state"][i].keys() >= {"step", "exp_avg", "exp_avg_sq"}, i
+        for key, value in saved_entry.items():
+            assert torch.equal(torch.as_tensor(opt_now["state"][i][key]), torch.as_tensor(value)), (i, key)
+        assert saved_entry["exp_avg_sq"].abs().sum() > 0, i  # trained: the moments are not the zeros of a fresh Adam
     for key in ("version", "env_steps", "updates", "obs_stats", "reward_stats", "rng"):
         assert now["learner"][key] == group_state["learner"][key]
     assert [w["reward"]["control"]["stats"] for w in now["workers"]] == \

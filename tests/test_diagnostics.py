@@ -84,13 +84,45 @@ def test_training_logs_diagnostics_and_finds_the_deviant_worker(tmp_path, mode):
     assert div[2] > 5 * max(div[:2]) and last(f"{M.DIAG_OBS_DIVERGENCE}/max") == div[2]
     assert f"{M.DIAG_ACTION_DIVERGENCE}/max" in {r["tag"] for r in rows}
     cos = [r["value"] for r in rows if r["tag"] == M.DIAG_GRAD_COSINE]
-    assert cos and all(-1 <= c <= 1 for c in cos)
+    # Mode central: every diagnostics.every (2) of the 4 updates; mode dppo: every update (the
+    # workers' gradients are at hand anyway). Different workers' data, so never the same gradient
+    # (two identical batches give 1.0: test_gradient_agreement_of_identical_worker_batches_is_one).
+    assert len(cos) == (2 if mode == "central" else 4) and all(-1 <= c < 0.99 for c in cos), cos
     from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
 
     acc = EventAccumulator(str(tmp_path / "run" / "tb" / "control"), size_guidance={IMAGES: 0})
     acc.Reload()
     images = acc.Images(M.IMG_STATE_COVERAGE)
     assert [im.step for im in images] == [384 * 2, 384 * 4] and images[0].width > 100
+
+
+def test_gradient_agreement_of_identical_worker_batches_is_one():
+    """The learner's agreement (mode central): each worker's gradient on its own samples at the
+    update's start weights, then their mean pairwise cosine. The same samples from two workers
+    agree fully; different samples do not."""
+    import gymnasium as gym
+
+    from hdppo.platform.batch import Batch, Rollout, RolloutStats
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+
+    def rollout(worker, seed, n=128):
+        rng = np.random.default_rng(seed)
+        ids = np.stack([np.full(n, worker), np.zeros(n, np.int64), np.arange(n), np.zeros(n, np.int64)], axis=1)
+        batch = Batch(rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 2, (n, 1)).astype(np.float32),
+                      np.full(n, np.log(0.5), np.float32), np.zeros(n, np.float32),
+                      rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32),
+                      versions=np.zeros(n, np.int64), ids=ids)
+        return Rollout(batch, RolloutStats(worker=worker, version=0, env_steps=n, sample_s=0.0, num_samples=n))
+
+    cfg = validate(tiny_config(diagnostics={"every": 1}))
+    learner = Learner(cfg, 0, 4, gym.spaces.Discrete(2), ParameterService())
+    same = (rollout(0, seed=1), rollout(1, seed=1))
+    assert np.array_equal(same[0].batch.obs, same[1].batch.obs)
+    assert learner._central_agreement(same, 0.0, 1.0, 0.01) == pytest.approx(1.0, abs=1e-5)
+    assert learner._central_agreement((rollout(0, seed=1), rollout(1, seed=2)), 0.0, 1.0, 0.01) < 0.99
+    # A whole update logs it, on the same weights as the check above (they start the update).
+    assert learner.update_central(*same).metrics[M.DIAG_GRAD_COSINE] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_hierarchy_logs_coverage_for_every_layer(tmp_path):

@@ -3,6 +3,7 @@ import numpy as np
 import torch
 
 from conftest import tiny_config
+from hdppo.platform import metrics as M
 from hdppo.platform.backend import LocalBackend
 from hdppo.platform.batch import Batch, advantage_moments
 from hdppo.platform.config import validate
@@ -69,8 +70,17 @@ def test_one_dppo_step_equals_one_central_step():
         torch.testing.assert_close(new[k], v, rtol=1e-5, atol=1e-6)
 
 
-def test_both_modes_run_a_full_group_update():
+def test_both_modes_run_a_full_group_update(monkeypatch):
+    calls = []
+    real = RolloutWorker.gradient
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.index)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RolloutWorker, "gradient", counted)
     for mode in ("central", "dppo"):
+        calls.clear()
         cfg = validate(tiny_config(layers=[{"ppo": {"minibatch_size": 64, "num_epochs": 2},
                                             "dppo": {"mode": mode, "num_workers": 2, "num_envs_per_worker": 2,
                                                      "train_batch_size": 256}}]))
@@ -86,6 +96,12 @@ def test_both_modes_run_a_full_group_update():
         assert out["perf/sgd_steps"] == 2 * 4
         assert any(not torch.equal(before[k], after["weights"][0][k]) for k in before)
         assert np.isfinite(out["losses/policy"]) and out["perf/env_steps_per_s"] > 0
+        # Mode dppo really ran on the workers' gradients: 2 workers x 2 epochs x 4 minibatches, and
+        # the bytes they sent are logged (by the dppo update alone); mode central asked for none.
+        if mode == "dppo":
+            assert sorted(calls) == [0] * 8 + [1] * 8 and out[M.PERF_GRAD_BYTES] > 0
+        else:
+            assert not calls and M.PERF_GRAD_BYTES not in out
 
 
 def test_quality_aggregation_weights_the_better_worker_more():

@@ -3,6 +3,10 @@
 Every run here keeps the sample ledger (``diagnostics.accounting``): the checks are on the
 samples' ids (see accounting_checks), not on counters that sum the same numbers twice.
 """
+import os
+import time
+
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -10,7 +14,7 @@ from accounting_checks import assert_accounted
 from conftest import tiny_config
 from hdppo.platform import metrics as M
 from hdppo.platform.batch import ID_STEP, ID_WORKER
-from hdppo.platform.config import validate
+from hdppo.platform.config import rollout_length, validate
 from hdppo.platform.trainer import Trainer
 
 
@@ -82,26 +86,99 @@ def test_killed_worker_is_replaced(ray_session, tmp_path, pipeline):
     cfg.layers[0].dppo.pipeline = pipeline
     summary, group, ids = _train(Trainer(cfg, tmp_path / "run", quiet=True, hooks=[kill_once]))
     assert group.replaced == 1 and group.workers[0] is not killed[0]
+    assert type(group.sync).name == ("pipeline" if pipeline else "sync")
     # The killed worker's rollout in flight is unknown to the group (nothing of it came back);
     # what it did deliver was trained once, and its replacement is a new incarnation.
     assert not len(ids["failed"]) and ids["workers"].tolist() == [0, 1, 2]
     assert len(ids["trained"]) == summary["env_steps"] == _trained_samples(tmp_path / "run") >= 2560
 
 
+class _WaitsForUpdates(gym.Wrapper):
+    """At its step ``at`` (this copy's steps, counted here) the env waits until the run has
+    logged ``updates`` more updates than it had when the worker's first copy got there (the
+    copies of a worker step one after the other: one wait, not one per copy)."""
+
+    target: int | None = None  # the updates logged that the copies wait for (per worker process)
+
+    def __init__(self, env, metrics: str, at: int, updates: int):
+        super().__init__(env)
+        self.metrics, self.at, self.updates, self.n = metrics, at, updates, 0
+
+    def _logged(self) -> int:
+        try:
+            with open(self.metrics) as fh:
+                return fh.read().count(f'"tag": "{M.PERF_SAMPLES}"')
+        except FileNotFoundError:
+            return 0
+
+    def step(self, action):
+        if self.n == self.at:
+            if _WaitsForUpdates.target is None:
+                _WaitsForUpdates.target = self._logged() + self.updates
+            deadline = time.monotonic() + 60.0
+            while self._logged() < _WaitsForUpdates.target and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.n += 1
+        return self.env.step(action)
+
+
+def lagging_worker_crash_once(flag: str, metrics: str, driver: int, at_step: int = 200, slow_worker: int = 1):
+    """crash_once; on rollout worker ``slow_worker`` (a Ray actor: not the ``driver`` process,
+    where a local-backend test may have left the worker index), the first chunk waits at its
+    step 8 for three more updates. The Ray workers import this module by its entry point, as a
+    user's env module."""
+    from scripted_envs import crash_once
+
+    from hdppo.envs.loading import WORKER_INDEX_VAR
+
+    env = crash_once(flag, at_step)
+    if os.getpid() == driver or int(os.environ.get(WORKER_INDEX_VAR, -1)) != slow_worker:
+        return env
+    return _WaitsForUpdates(env, metrics, at=8, updates=3)
+
+
 @pytest.mark.parametrize("sync", ["soft", "async"])
 def test_streaming_modes_replace_failed_workers_without_counting_twice(ray_session, tmp_path, sync):
     """Sync soft/async: a crashed chunk is dropped, its worker replaced once, the others' chunks used.
-    max_lag 1: chunks that sampled through two updates are dropped as stale, and counted so."""
-    env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed"), "at_step": 200}}
+    max_lag 1: chunks that sampled through two updates are dropped as stale, and counted so.
+
+    Worker 1's first chunk (32 steps) stops at step 8 until three more updates are logged.
+    What it acted on before (steps 0-11: the weights pulled at step 8 or before, at most one
+    version ahead of the updates logged then) is at least two versions old when the chunk is
+    used: stale. Soft pulls newer weights every refresh_every (4) steps, so from step 12 on the
+    chunk acts with fresh weights: a partly stale rollout, of which the learner must count only
+    what it kept. Async does not refresh: the whole chunk is stale."""
+    env = {"entry_point": "test_fault_tolerance:lagging_worker_crash_once",
+           "kwargs": {"flag": str(tmp_path / "crashed"), "at_step": 200, "metrics": str(tmp_path / "run" / "metrics.jsonl"),
+                      "driver": os.getpid()}}
     cfg = _cfg(tmp_path, "ray", env)
     cfg.layers[0].dppo.sync = sync
     cfg.layers[0].dppo.max_lag = 1
+    cfg.layers[0].dppo.refresh_every = 4
+    chunk = rollout_length(cfg.layers[0], 2)
+    assert chunk == 32
     summary, group, ids = _train(Trainer(cfg, tmp_path / "run", quiet=True))
     assert group.replaced == 1
     _assert_crashed_rollout_counted_failed(ids)
     run = tmp_path / "run"
-    assert len(ids["trained"]) == _trained_samples(run) and summary["env_steps"] >= 2560
-    assert len(ids["stale"]) == _trained_samples(run, M.PERF_DROPPED_STALE)
+    stale, trained = ids["stale"], ids["trained"]
+    # Some samples were dropped as stale (the lagging worker's; in async, whose updates come with
+    # every chunk, the fast worker's chunks may go stale too), and the logged drops agree with the ledger.
+    assert len(stale) == _trained_samples(run, M.PERF_DROPPED_STALE) > 0
+    assert 1 in stale[:, ID_WORKER] and (sync == "async" or set(stale[:, ID_WORKER].tolist()) == {1})
+    # The logged trained count is the ledger's: a partly stale rollout's dropped part is not in it.
+    assert len(trained) == _trained_samples(run) and summary["env_steps"] >= 2560
+    mine, stale = trained[trained[:, ID_WORKER] == 1], stale[stale[:, ID_WORKER] == 1]
+    chunks = set((stale[:, ID_STEP] // chunk).tolist())
+    assert 0 in chunks, chunks
+    for c in chunks:
+        lost = set((stale[stale[:, ID_STEP] // chunk == c][:, ID_STEP] % chunk).tolist())
+        kept = set((mine[mine[:, ID_STEP] // chunk == c][:, ID_STEP] % chunk).tolist())
+        assert lost == set(range(len(lost))) and kept == set(range(len(lost), chunk)), (c, lost, kept)  # a stale start
+        if c == 0:
+            assert len(lost) >= 12 and (len(lost) < chunk if sync == "soft" else not kept), (lost, kept)
+        elif sync == "async":
+            assert not kept, (c, kept)  # one version for a whole chunk
 
 
 # -- mode dppo: the samples stay on the workers, so a worker lost mid-update takes its shard with it

@@ -229,9 +229,21 @@ def test_a_state_only_central_critic_reads_the_same_input_for_every_agent():
     _, _, specs = probe_env(cfg, 0)
     assert specs[0].critic_dim == 2 + 3 * 9
     runner, _ = _runner(cfg, ["control"])
-    runner.step()
+    for _ in range(5):
+        runner.step()
     batch = runner.harvest()["control"].batch
     assert batch.critic_obs.shape[1] == specs[0].critic_dim
+    # Rows go step by step, the three agents (lanes) of a step together (ids: copy, step, lane).
+    from hdppo.platform.batch import ID_COPY, ID_LANE, ID_STEP
+
+    assert batch.ids[:3, ID_LANE].tolist() == [0, 1, 2] and len(set(batch.ids[:3, ID_STEP])) == 1
+    assert len({row.tobytes() for row in batch.obs[:3]}) == 3  # three agents, three policy inputs
+    assert len({row.tobytes() for row in batch.critic_obs[:3]}) == 1  # one critic input: the state
+    # And so at every step: one critic input per (copy, step), the state of that step.
+    steps = {}
+    for key, row in zip(map(tuple, batch.ids[:, [ID_COPY, ID_STEP]]), batch.critic_obs):
+        steps.setdefault(key, set()).add(row.tobytes())
+    assert len(steps) >= 4 and all(len(rows) == 1 for rows in steps.values()), steps
 
 
 def test_squads_get_their_own_commands():
@@ -403,11 +415,33 @@ def _control_metrics_with(tmp_path, exploration: dict, steps: int) -> dict[str, 
     return series
 
 
+def _closed_rewards(cfg, layer: str, steps: int = 40) -> dict[str, np.ndarray]:
+    """A rollout worker of ``layer`` steps its sampler: the reward parts of the transitions closed
+    so far (R, the reward recorded for training, before any scaling; and its env, intrinsic and
+    bonus parts, kept apart for the charts)."""
+    from hdppo.platform.parameter_service import ParameterService
+    from hdppo.platform.rollout_worker import RolloutWorker
+
+    sampler = RolloutWorker(cfg, [layer], 0, 1, ParameterService()).sampler
+    for _ in range(steps):
+        sampler.step()
+    buf = sampler.buffers[layer]
+    closed = buf.closed[:sampler.t]
+    assert closed.sum() > 0
+    return {k: getattr(buf, k)[:sampler.t][closed] for k in ("R", "env_r", "int_r", "bonus")}
+
+
 def test_count_bonus_reaches_the_recorded_reward_and_is_logged(tmp_path):
     from hdppo.platform import metrics as M
 
     bonus = _control_metrics_with(tmp_path, {"type": "count", "coeff": 0.05}, 2000)[M.CHART_EXPLORATION_BONUS]
     assert bonus and all(0 < b <= 0.05 for b in bonus)
+    # The chart reads the bonus part; the reward trained on holds it too: R = env + 0.1 intrinsic + bonus.
+    cfg = two_layers()
+    cfg["layers"][1]["exploration"] = {"type": "count", "coeff": 0.05}
+    parts = _closed_rewards(validate(cfg), "control")
+    assert np.all(parts["bonus"] > 0) and np.all(parts["bonus"] <= 0.05 + 1e-6)  # coeff / sqrt(visits), in float32
+    np.testing.assert_allclose(parts["R"], parts["env_r"] + 0.1 * parts["int_r"] + parts["bonus"], rtol=0, atol=1e-6)
 
 
 def test_rnd_predictor_is_trained_by_the_learner_and_the_target_stays_fixed(tmp_path):

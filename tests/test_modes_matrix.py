@@ -61,10 +61,18 @@ def _run(tmp_path, kind: str, sync: str, mode: str, gru: bool = False) -> None:
     trainer = Trainer(cfg, tmp_path / "run", quiet=True)
     summary = trainer.train()
     rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    for layer in cfg.layers:
+    for i, layer in enumerate(cfg.layers):
         samples = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_SAMPLES]
         assert samples and sum(samples) > 0, (layer.name, summary)
         group = next(g for g in trainer.groups if layer.name in g.layers)
+        # The mode asked for is the one that ran: the group's strategy, and mode dppo's gradient
+        # messages (logged by its update alone, with every update).
+        assert type(group.sync).name == sync, (layer.name, type(group.sync))
+        grad_bytes = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_GRAD_BYTES]
+        assert (len(grad_bytes) == len(samples) and min(grad_bytes) > 0) if mode == "dppo" else not grad_bytes, \
+            (layer.name, grad_bytes)
+        # The gru layer (layers[0]) trains a recurrent policy; the others do not.
+        assert getattr(group.learners[layer.name].policy, "recurrent", False) == (gru and i == 0), layer.name
         ids = assert_accounted(group.accounting(layer.name), every_step=kind in EVERY_STEP)
         assert len(ids["trained"]) == sum(samples) and not len(ids["failed"])
     assert summary["env_steps"] >= cfg.train.total_env_steps

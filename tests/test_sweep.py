@@ -135,7 +135,9 @@ def test_sweep_runs_trials_concurrently_each_with_its_own_run_dir(ray_session, t
     out, layer, rows = sweep(path, ["layers.0.ppo.lr=1e-4,3e-3"], sweep_dir=tmp_path / "sweep")
     assert layer == "control" and len(rows) == 2 and all(r["status"] == "ok" for r in rows), rows
 
-    spans = []
+    import yaml
+
+    spans, lrs = [], []
     for r in rows:
         run = out / r["trial"]
         assert list((run / "tb" / "control").glob("events.out.tfevents.*")), r
@@ -143,6 +145,13 @@ def test_sweep_runs_trials_concurrently_each_with_its_own_run_dir(ray_session, t
         assert {M.CHART_EPISODIC_RETURN, M.LOSS_POLICY} <= {x["tag"] for x in recs}
         assert r["env_steps"] >= 20480 and (run / "config.yaml").is_file()
         spans.append((min(x["time"] for x in recs), max(x["time"] for x in recs)))
+        # The trial trained with its own value: the run's saved config, and the lr it logged.
+        lr = yaml.safe_load((run / "config.yaml").read_text())["layers"][0]["ppo"]["lr"]
+        assert lr == pytest.approx(r["params"]["layers.0.ppo.lr"]), (r["trial"], lr, r["params"])
+        logged = {x["value"] for x in recs if x["tag"] == M.CHART_LR}
+        assert logged and max(logged) == pytest.approx(lr), (r["trial"], logged)
+        lrs.append(lr)
+    assert sorted(lrs) == pytest.approx([1e-4, 3e-3])  # each swept value, once
     # Both trials trained at the same time on 2 CPUs: each placement group held 1 CPU and the
     # trial's learner and worker (0.5 each) were placed inside it, or they could not have started.
     assert max(s for s, _ in spans) < min(e for _, e in spans), spans

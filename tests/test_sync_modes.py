@@ -113,11 +113,14 @@ def test_samples_older_than_max_lag_are_never_used(rule):
 
 # -- end to end --------------------------------------------------------------------------------
 
-def _train(cfg, run_dir, backend):
+def _train(cfg, run_dir, backend, groups=None):
+    """Train; the summary and the logged rows. ``groups``, a list, receives the trainer's groups."""
     cfg.ray.backend = backend
     trainer = Trainer(cfg, run_dir, quiet=True)
     try:
         summary = trainer.train()
+        if groups is not None:
+            groups.extend(trainer.groups)
     finally:
         trainer.shutdown()
     return summary, M.read_jsonl(run_dir / "metrics.jsonl")
@@ -139,13 +142,16 @@ def test_streaming_modes_learn_within_the_staleness_bound(ray_session, tmp_path,
 
 def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
     """On Ray the learner publishes while the workers sample: a soft-mode chunk collected during an
-    update adopts the update's new version in the middle, and a sync-mode rollout never does. (In
-    one process this cannot happen: nothing publishes during a rollout.)
+    update adopts the update's new version in the middle, and a sync-mode rollout never does, not
+    even one during which a newer version is published. (In one process this cannot happen:
+    nothing publishes during a rollout.)
 
     Each sample's id gives the env step it was taken at, and its version the weights that chose
     it. A chunk starts by pulling the newest published version, so its first step's version was
     the newest at its start: a higher version at a later step was published by the learner
     after the chunk had begun, and adopted at a refresh (every ``refresh_every`` steps of the chunk)."""
+    import time
+
     import gymnasium as gym
 
     from hdppo.platform.backend import RayBackend
@@ -177,7 +183,17 @@ def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
         try:
             for _ in range(6):
                 group.iteration()
-            return [_versions_by_step(ray_session.get(ref)["control"].batch) for ref in seen]
+            out = [_versions_by_step(ray_session.get(ref)["control"].batch) for ref in seen]
+            if sync == "sync":  # nothing in flight now: one more rollout, and a newer version published during it
+                rec = ray_session.get(b.call(service, "latest", "control"))
+                call = group.sample(0)
+                time.sleep(0.15)  # well inside its 160 steps of 3 ms
+                ray_session.get(b.call(service, "publish", "control", rec["version"] + 1, rec["weights"],
+                                       rec["obs_stats"], rec["reward_stats"], rec["progress"]))
+                assert not ray_session.wait([call.ref], timeout=0)[0]  # published while it was sampling
+                probe = _versions_by_step(ray_session.get(call.ref)["control"].batch)
+                assert set(probe.tolist()) == {rec["version"]}, probe  # it kept the weights it started with
+            return out
         finally:
             group.shutdown()
             b.kill(service)
@@ -223,10 +239,19 @@ def test_hierarchy_trains_in_soft_mode(tmp_path):
     cfg = load_config(ROOT / "configs" / "default.yaml", [
         "train.total_env_steps=4000", "train.eval_episodes=0", "ray.backend=local",
         *[f"layers.{i}.dppo.sync=soft" for i in range(2)]])
-    summary, rows = _train(cfg, tmp_path / "run", "local")
+    groups = []
+    summary, rows = _train(cfg, tmp_path / "run", "local", groups)
     for layer in cfg.layers:
+        group = next(g for g in groups if layer.name in g.layers)
+        assert type(group.sync).name == "soft" and group.sync.streaming, (layer.name, type(group.sync))
         lags = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_MAX_STALENESS]
-        assert lags and max(lags) <= layer.dppo.max_lag
+        assert lags and 1 <= max(lags) <= layer.dppo.max_lag, (layer.name, lags)
+        # Lag 1 alone does not tell soft from sync here: in a hierarchy a lane's open transition
+        # carries over into the next rollout with the version that opened it (about 1.5% of a
+        # sync batch). Streaming: each update's last chunk was issued before the previous update,
+        # so from the second update on about one chunk in chunks_per_worker (4) is one version old.
+        mean = [r["value"] for r in rows if r["layer"] == layer.name and r["tag"] == M.PERF_MEAN_STALENESS]
+        assert len(mean) >= 2 and min(mean[1:]) >= 0.2, (layer.name, mean)
     assert summary["env_steps"] >= 4000
 
 
@@ -332,13 +357,13 @@ def test_streaming_modes_stop_asking_removed_workers():
     finished, dropped as a failed call if its actor died first), so it is never silently lost."""
     from hdppo.platform.sync_modes import make_sync_mode
 
-    g, soft = _FakeGroup(3, chunks=2), make_sync_mode("soft")
-    refs, sources = soft.collect(g)
-    assert len(refs) == 6 and {i for i, _ in sources} == {0, 1, 2}
-    del g.workers[2], g.generation[2]
-    issued = len(g.issued)
-    soft.on_resize(g, 2)
-    assert [i for i, _ in soft.collect(g)[1]].count(2) == 1
-    assert all(i < 2 for i, _ in soft.collect(g)[1]) and all(i < 2 for i, _ in g.issued[issued:])
-    asyn = make_sync_mode("async")
-    assert len(asyn.collect(g)[0]) >= 1 and all(i < 2 for i, _ in asyn.collect(g)[1])
+    for name, first in (("soft", 6), ("async", 3)):  # soft waits for 3 x 2 chunks; async takes what arrived
+        g, mode = _FakeGroup(3, chunks=2), make_sync_mode(name)
+        refs, sources = mode.collect(g)
+        assert len(refs) == first and {i for i, _ in sources} == {0, 1, 2}, name
+        del g.workers[2], g.generation[2]
+        issued = len(g.issued)
+        mode.on_resize(g, 2)
+        later = [i for _ in range(3) for i, _ in mode.collect(g)[1]]
+        assert later.count(2) == 1 and {0, 1} <= set(later), (name, later)  # its chunk in flight, once
+        assert g.issued[issued:] and all(i < 2 for i, _ in g.issued[issued:]), (name, g.issued[issued:])
