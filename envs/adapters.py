@@ -258,7 +258,7 @@ def adapt(env: Any, name: str, env_type: str) -> MultiAgentAdapter:
 def make_multi_agent(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
                      max_episode_steps: int | None) -> MultiAgentAdapter:
     """Make and adapt one env. PettingZoo ids are module paths ('pettingzoo.classic.tictactoe_v3')."""
-    from .loading import make_gym_env, resolve_entry_point
+    from .loading import call_factory, load_module, make_gym_env, resolve_entry_point
 
     name = env_id or entry_point or "env"
     if env_type == "gymnasium":
@@ -267,18 +267,10 @@ def make_multi_agent(env_type: str, env_id: str | None, entry_point: str | None,
     if entry_point is not None:
         factory = resolve_entry_point(entry_point)
     else:
-        import importlib
-
-        try:
-            module = importlib.import_module(env_id)  # type: ignore[arg-type]
-        except ImportError as exc:
-            raise EnvError(f"env id {env_id!r}: cannot import it as a module ({exc}). For PettingZoo give the "
-                           "module path, e.g. 'pettingzoo.classic.tictactoe_v3', or an entry_point.") from None
+        module = load_module(env_id, f"env id {env_id!r}", EnvError,  # type: ignore[arg-type]
+                             hint="For PettingZoo give the module path, e.g. 'pettingzoo.classic.tictactoe_v3', "
+                                  "or an entry_point.")
         factory = getattr(module, "parallel_env", None) or getattr(module, "env", None)
         if factory is None:
             raise EnvError(f"env id {env_id!r}: the module has neither parallel_env() nor env().")
-    try:
-        env = factory(**kwargs)
-    except TypeError as exc:
-        raise EnvError(f"env {name!r} rejected its arguments ({exc}). Check env.kwargs in the config.") from None
-    return adapt(env, name, env_type)
+    return adapt(call_factory(factory, name, kwargs), name, env_type)

@@ -11,7 +11,7 @@ import numpy as np
 from .adapters import adapt, make_multi_agent
 from .vector import GymnasiumCopies
 from .errors import EnvError
-from .loading import make_gym_env, resolve_entry_point
+from .loading import call_factory, make_gym_env, resolve_entry_point
 
 
 def _make(target: Any) -> tuple[Any, str, str, dict]:
@@ -29,7 +29,7 @@ def _make(target: Any) -> tuple[Any, str, str, dict]:
         raise EnvError(f"{target!r} is a config file: load it first and pass its env section "
                        "(hdppo check-env does this), or give an env id or 'module:factory'.")
     if ":" in target:
-        env = resolve_entry_point(target)()
+        env = call_factory(resolve_entry_point(target), target, {})
     else:
         env = make_gym_env(target)
     kind = "gymnasium" if isinstance(env, gym.Env) else "pettingzoo"

@@ -8,36 +8,92 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from .errors import ConfigError, EnvError
+from .errors import ConfigError, EnvError, HdppoError
 
 # Each rollout worker sets this before it makes its envs, so an env can vary by worker
 # (per-worker conditions, domain randomization); unset outside workers.
 WORKER_INDEX_VAR = "HDPPO_WORKER_INDEX"
 
 
+def split_path(path: str, label: str, error: type[HdppoError] = ConfigError) -> tuple[str, str]:
+    """``(module, attribute)`` of a ``package.module:attribute`` path; ``error`` naming ``label``
+    when either part is missing."""
+    module_name, colon, attr = str(path).partition(":")
+    if not colon or not module_name.strip() or not attr.strip():
+        what = ("no ':'" if not colon else "an empty module name" if not module_name.strip()
+                else "an empty name after ':'")
+        raise error(f"{label} {path!r} has {what}: write it as 'package.module:function' (a module path, a colon, "
+                    "then the function or class in that module), e.g. 'my_envs:make'.")
+    return module_name.strip(), attr.strip()
+
+
+def load_module(module_name: str, label: str, error: type[HdppoError] = ConfigError, hint: str = "") -> Any:
+    """Import ``module_name`` for ``label`` (a config field or an env): a module that is missing,
+    or that raises while it is imported, becomes ``error`` naming both and the exception."""
+    try:
+        return importlib.import_module(module_name)
+    except HdppoError:
+        raise  # the module's own clear error
+    except ImportError as exc:
+        raise error(f"{label}: cannot import module {module_name!r} ({exc}). "
+                    + (hint or "Check the module path, that its package is installed in this environment, and that "
+                       "its folder is the working dir (--working-dir) or on PYTHONPATH.")) from exc
+    except Exception as exc:  # noqa: BLE001 - any error in the user's module: say which and what
+        raise error(f"{label}: importing module {module_name!r} raised {type(exc).__name__}: {exc}. Fix the module "
+                    f"so that it imports; `python -c \"import {module_name}\"` in its folder shows the "
+                    "traceback.") from exc
+
+
+def load_object(path: str, label: str, error: type[HdppoError] = ConfigError) -> Any:
+    """The attribute a ``package.module:attribute`` path names (an env factory, a reward, a bonus
+    class, an opponent policy): the one resolver of such names. Every failure (a malformed path,
+    a missing module or attribute, a module that raises on import) is ``error``, naming ``label``
+    (the config field or env) and the path, and chaining the original exception."""
+    module_name, attr = split_path(path, label, error)
+    module = load_module(module_name, f"{label} {path!r}", error)
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise error(f"{label} {path!r}: cannot import {attr!r} from {module_name!r}: the module has no attribute "
+                    f"{attr!r}. Check the name after the ':'.") from exc
+
+
 def import_object(path: str, field: str) -> Any:
     """The attribute a config names as ``package.module:attribute`` (a reward, a bonus class);
     raises :class:`ConfigError` naming the config field."""
-    module_name, _, attr = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"{field} {path!r}: cannot import {attr!r} from {module_name!r} ({exc}). "
-                          "Check the path and that the module is importable on every worker.") from None
+    return load_object(path, field, ConfigError)
 
 
-def resolve_entry_point(entry_point: str) -> Callable[..., Any]:
-    """Import ``package.module:attribute`` and return the attribute."""
-    module_name, _, attr = entry_point.partition(":")
+def resolve_entry_point(entry_point: str, label: str = "env entry_point") -> Callable[..., Any]:
+    """Import ``package.module:attribute`` and return the attribute; :class:`EnvError` naming it."""
+    return load_object(entry_point, label, EnvError)
+
+
+def _call_text(name: str, kwargs: dict) -> str:
+    """How a factory was called, e.g. ``make(num_envs=2, length=9)``."""
+    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return f"{name.rpartition(':')[2]}({args})"
+
+
+def call_factory(factory: Callable[..., Any], name: str, kwargs: dict, how: str = "") -> Any:
+    """``factory(**kwargs)`` for the env ``name`` (its entry point or id): a user's factory that
+    raises becomes :class:`EnvError` naming it, the exception and the arguments it was called with.
+    ``how`` says how such a factory is called (added where it rejects its arguments)."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvError(f"env entry_point {entry_point!r}: cannot import module {module_name!r} ({exc}). "
-                       "Check the module path and that its package is installed in this environment.") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise EnvError(f"env entry_point {entry_point!r}: module {module_name!r} has no attribute {attr!r}.") from None
+        return factory(**kwargs)
+    except HdppoError:
+        raise  # the env's own clear error
+    except TypeError as exc:
+        raise EnvError(f"env {name!r} rejected its arguments ({exc}){': ' + how if how else ''}. Check env.kwargs "
+                       "in the config and the factory's signature.") from exc
+    except Exception as exc:  # noqa: BLE001 - any error in the user's factory: say which, what and with what
+        call = _call_text(name, kwargs)
+        module_name, colon, attr = name.partition(":")
+        show = (f'`python -c "from {module_name} import {attr}; {call}"` in its folder' if colon
+                else "calling it so in Python")
+        raise EnvError(f"env {name!r}: the factory raised {type(exc).__name__}: {exc} when called as {call}"
+                       f"{'' if kwargs else ' (no env.kwargs)'}. Fix the factory, or env.kwargs if they are wrong; "
+                       f"{show} shows the traceback.") from exc
 
 
 # Gymnasium 0.26-0.29 imported the ``gymnasium.envs`` entry points of installed packages at
@@ -91,8 +147,7 @@ def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
                     raise _unknown_id(env_id)
             env = gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
         else:
-            factory = resolve_entry_point(entry_point)  # type: ignore[arg-type]
-            env = factory(**kwargs)
+            env = call_factory(resolve_entry_point(entry_point), entry_point, kwargs)  # type: ignore[arg-type]
             if max_episode_steps is not None:
                 env = gym.wrappers.TimeLimit(env, max_episode_steps)
     except EnvError:
@@ -105,6 +160,9 @@ def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
         raise EnvError(f"env {name!r} rejected its arguments ({exc}). Check env.kwargs in the config.") from None
     except ImportError as exc:
         raise EnvError(f"env {name!r} needs a package that is not installed ({exc}).") from None
+    except Exception as exc:  # noqa: BLE001 - a registered env whose constructor fails: say which and what
+        raise EnvError(f"env {name!r} could not be made: {type(exc).__name__}: {exc} (env.kwargs: {kwargs}). "
+                       "Fix the env, or env.kwargs if they are wrong.") from exc
     if not isinstance(env, gym.Env):
         raise EnvError(f"env {name!r}: the factory returned {type(env).__name__}, not a gymnasium.Env. "
                        "Return a gymnasium.Env (wrap other APIs in an adapter).")

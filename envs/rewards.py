@@ -98,17 +98,18 @@ def is_known_reward(name: str) -> bool:
     return name in _REGISTRY or name in _builtin_modules()
 
 
-def resolve_reward(name_or_path: str) -> RewardFn:
+def resolve_reward(name_or_path: str, field: str = "intrinsic_fn") -> RewardFn:
     """The reward for a registered name or a ``package.module:function`` path; raises
-    :class:`ConfigError` listing the registered names."""
+    :class:`ConfigError` naming ``field`` (e.g. ``layers[1] (control).reward.intrinsic_fn``) and
+    listing the registered names."""
     if ":" in name_or_path:
-        fn = import_object(name_or_path, "intrinsic_fn")
+        fn = import_object(name_or_path, field)
         if not callable(fn):
-            raise ConfigError(f"intrinsic_fn {name_or_path!r} is not a function")
+            raise ConfigError(f"{field} {name_or_path!r} is not a function")
         return RewardFn(fn, bool(getattr(fn, "__hdppo_vectorized__", False)), name_or_path)
     if name_or_path not in _REGISTRY and name_or_path in _builtin_modules():
         importlib.import_module(_builtin_modules()[name_or_path])
     if name_or_path not in _REGISTRY:
-        raise ConfigError(f"intrinsic_fn {name_or_path!r} is not a registered reward; registered: "
+        raise ConfigError(f"{field} {name_or_path!r} is not a registered reward; registered: "
                           f"{', '.join(registered_rewards())} (or 'package.module:function' for your own).")
     return _REGISTRY[name_or_path]

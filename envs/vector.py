@@ -789,7 +789,7 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
     """``num_envs`` copies of the configured env as one :class:`VectorMultiAgentEnv`; ``opponents``
     (``env.opponents`` as a dict) plays some agents inside each copy (:mod:`hdppo.envs.opponents`)."""
     from .adapters import GymnasiumAdapter, make_multi_agent
-    from .loading import make_gym_env, resolve_entry_point
+    from .loading import call_factory, make_gym_env, resolve_entry_point
     from .opponents import with_opponents
 
     if opponents and env_type not in ("pettingzoo", "rllib"):
@@ -810,16 +810,17 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
                                                                      max_episode_steps), opponents), num_envs, name)
     if env_type == "gymnasium_vector":
         same = gym.vector.AutoresetMode.SAME_STEP
-        try:
-            if entry_point is not None:
-                venv = resolve_entry_point(entry_point)(num_envs=num_envs, **kwargs)
-            else:
+        if entry_point is not None:
+            venv = call_factory(resolve_entry_point(entry_point), entry_point, {"num_envs": num_envs, **kwargs},
+                                how="a 'gymnasium_vector' entry_point is called as make(num_envs=, **env.kwargs)")
+        else:
+            try:
                 venv = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                                     vector_kwargs={"autoreset_mode": same},
                                     **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **kwargs)
-        except (gym.error.Error, TypeError) as exc:
-            raise EnvError(f"env {name!r} could not be made as a Gymnasium vector env ({exc}). An entry_point is "
-                           "called as make(num_envs=, **env.kwargs); an id goes to gymnasium.make_vec.") from None
+            except (gym.error.Error, TypeError) as exc:
+                raise EnvError(f"env {name!r} could not be made as a Gymnasium vector env ({exc}); an id goes to "
+                               "gymnasium.make_vec. Check env.id and env.kwargs.") from None
         if not isinstance(venv, gym.vector.VectorEnv):
             raise EnvError(f"env {name!r}: type 'gymnasium_vector' but the factory returned {type(venv).__name__}, "
                            "not a gymnasium.vector.VectorEnv. Return one, or use env.type 'gymnasium'.")
@@ -828,11 +829,9 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
         if entry_point is None:
             raise EnvError("env.type 'vector' needs env.entry_point: a factory make(num_envs, seed, **kwargs) "
                            "returning an hdppo.envs.vector.VectorMultiAgentEnv.")
-        try:
-            venv = resolve_entry_point(entry_point)(num_envs=num_envs, seed=seed, **kwargs)
-        except TypeError as exc:
-            raise EnvError(f"env {name!r} (type 'vector') rejected its arguments ({exc}): the factory is called as "
-                           "make(num_envs=, seed=, **env.kwargs). Check env.kwargs and the factory's signature.") from None
+        venv = call_factory(resolve_entry_point(entry_point), entry_point,
+                            {"num_envs": num_envs, "seed": seed, **kwargs},
+                            how="a 'vector' entry_point is called as make(num_envs=, seed=, **env.kwargs)")
         missing = [a for a in ("num_envs", "agents", "obs_dim", "reset", "step") if not hasattr(venv, a)]
         if missing:
             raise EnvError(f"env {name!r}: type 'vector' but the factory's {type(venv).__name__} lacks "

@@ -32,7 +32,7 @@ import torch
 from ..envs.errors import ConfigError, EnvError
 from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
-from .intrinsic import resolve
+from .intrinsic import resolve, reward_field
 from .spec import LayerSpec
 from ..platform.batch import ID_COLUMNS, Batch
 from ..policies.gae import decision_gae
@@ -102,7 +102,7 @@ class _Plan:
         self.intrinsic: Callable[..., Any] | None = None
         self.vectorized = False
         if spec.cfg.reward.intrinsic_fn:
-            fn = resolve(spec.cfg.reward.intrinsic_fn)
+            fn = resolve(spec.cfg.reward.intrinsic_fn, reward_field(spec.index, spec.name))
             self.intrinsic = getattr(fn, "fn", fn)
             self.vectorized = bool(getattr(fn, "vectorized", False))
             if self.gather is None:

@@ -20,6 +20,11 @@ __all__ = ["IntrinsicFn", "RewardFn", "register_reward", "registered_rewards", "
 IntrinsicFn = RewardFn  # the older name
 
 
-def resolve(name: str) -> RewardFn:
-    """The reward named ``name`` (registered) or at ``package.module:function``."""
-    return resolve_reward(name)
+def reward_field(index: int, layer: str) -> str:
+    """The config field of a layer's intrinsic reward, as errors name it."""
+    return f"layers[{index}] ({layer}).reward.intrinsic_fn"
+
+
+def resolve(name: str, field: str = "intrinsic_fn") -> RewardFn:
+    """The reward named ``name`` (registered) or at ``package.module:function``; errors name ``field``."""
+    return resolve_reward(name, field)

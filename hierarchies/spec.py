@@ -183,11 +183,11 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         elif src == "state":
             env_dim = _state_dim(spec, probe)
     if src not in ("env", "state"):
-        from ..envs.loading import resolve_entry_point
+        from ..envs.loading import load_object
 
         if ":" not in src:
             raise _layer_error(spec, "observation.source", f"{src!r} is not 'env', 'state' or 'module:function'.")
-        spec.obs_fn = resolve_entry_point(src)
+        spec.obs_fn = load_object(src, f"layer {spec.name!r}, observation.source: view", ConfigError)
         lane = known[0] if spec.bottom else spec.lanes[0]  # type: ignore[index]
         members = [lane] if spec.bottom else (spec.members[lane] or known)
         env_dim = int(np.asarray(spec.obs_fn(probe.raw_obs(0), members, probe.copy_env(0))).size)
@@ -199,15 +199,17 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         spec.critic_dim = _state_dim(spec, probe) + own
     spec.encoder = encoder_spec(spec, probe, known)
     if layer.teacher is not None:
-        from ..envs.loading import resolve_entry_point
+        from ..envs.loading import load_object
 
         src = layer.teacher.policy
         if ":" not in src:
             raise _layer_error(spec, "teacher.policy", f"{src!r} is not 'package.module:function'.")
-        try:
-            spec.teacher_fn = resolve_entry_point(src)
-        except EnvError as exc:
-            raise _layer_error(spec, "teacher.policy", str(exc).replace("env entry_point", "teacher")) from None
+        spec.teacher_fn = load_object(src, f"layer {spec.name!r}, teacher.policy: teacher", ConfigError)
+    if layer.reward.intrinsic_fn:
+        # Resolved here, in the driver's probe, so that a broken reward module fails before any actor starts.
+        from .intrinsic import resolve, reward_field
+
+        resolve(layer.reward.intrinsic_fn, reward_field(spec.index, spec.name))
 
 
 def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) -> dict[str, Any] | None:

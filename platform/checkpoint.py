@@ -134,3 +134,40 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(f"{p} is neither a checkpoint file nor a run dir with checkpoints/. "
                               "Give a path like runs/<name> or runs/<name>/checkpoints/ckpt_0000100.pt.")
     return found
+
+
+def layout_mismatch(state: dict[str, Any], layer_groups: list[list[str]], fixed: list[str]) -> str | None:
+    """How a loaded checkpoint's layers and DPPO groups differ from a config's (``layer_groups``
+    and its ``fixed`` layers), in a few words; None where they are the same."""
+    groups = state.get("groups", {})
+    saved_layers = list(learner_states(state))
+    now_layers = [n for g in layer_groups for n in g] + list(fixed)
+    if sorted(saved_layers) != sorted(now_layers):
+        return (f"it holds the layers {', '.join(map(repr, saved_layers)) or 'none'}, this config has "
+                f"{', '.join(map(repr, now_layers)) or 'none'}")
+    now_groups = ["+".join(g) for g in layer_groups]
+    saved_fixed = list(state.get("fixed", {}))
+    if sorted(groups) != sorted(now_groups) or sorted(saved_fixed) != sorted(fixed):
+        return (f"its DPPO groups are {', '.join(map(repr, groups))} (frozen: {', '.join(saved_fixed) or 'none'}), "
+                f"this config's are {', '.join(map(repr, now_groups))} (frozen: {', '.join(fixed) or 'none'})")
+    return None
+
+
+def policy_mismatch(saved: dict[str, Any], current: dict[str, list[int]]) -> str | None:
+    """How a checkpoint's policy weights (a state dict) differ from a model's parameter shapes
+    (``current``: name -> shape), in a few words; None where they fit."""
+    saved_shapes = {k: list(getattr(v, "shape", ())) for k, v in saved.items()}
+    missing = [k for k in current if k not in saved_shapes]
+    extra = [k for k in saved_shapes if k not in current]
+    wrong = [k for k in current if k in saved_shapes and saved_shapes[k] != list(current[k])]
+    if wrong:
+        k = wrong[0]
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        return f"its weights {k} are {saved_shapes[k]} in the checkpoint, {list(current[k])} with this config{more}"
+    if missing:
+        return (f"this config's network has weights the checkpoint lacks ({', '.join(missing[:3])}"
+                f"{', ...' if len(missing) > 3 else ''})")
+    if extra:
+        return (f"the checkpoint holds weights this config's network lacks ({', '.join(extra[:3])}"
+                f"{', ...' if len(extra) > 3 else ''})")
+    return None

@@ -429,6 +429,10 @@ class Learner:
     def counters(self) -> dict[str, int]:
         return {"version": self.version, "env_steps": self.env_steps, "updates": self.updates}
 
+    def weight_shapes(self) -> dict[str, list[int]]:
+        """Each policy tensor's shape, by state-dict key: what a checkpoint must match to be loaded."""
+        return {k: list(v.shape) for k, v in self.policy.state_dict().items()}
+
     def load_weights(self, state: dict[str, Any]) -> int:
         """Start from another run's weights and observation statistics (schedule.checkpoint)."""
         self.policy.load_state_dict(state["policy"])

@@ -22,11 +22,11 @@ import torch
 from . import metrics as M
 from .backend import make_backend
 from .budget import groups_to_update, levels
-from .checkpoint import (best_info, latest_checkpoint, learner_states, load_checkpoint, resolve_checkpoint,
-                         save_best, save_checkpoint)
+from .checkpoint import (best_info, latest_checkpoint, layout_mismatch, learner_states, load_checkpoint,
+                         policy_mismatch, resolve_checkpoint, save_best, save_checkpoint)
 from .config import Config, dump_config, load_config, validate
 from .elastic import take_scale_request
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, HdppoError
 from .evaluation import SELECTION_SEED_OFFSET, evaluate, evaluate_with_metrics
 from .group import DPPOGroup
 from .interrupts import Interrupted, SignalHandlers, StopRequest, signal_name
@@ -41,16 +41,24 @@ Hook = Callable[["Trainer", str, int, dict], None]
 
 
 def prepare_run_dir(run_dir: Path, resume: bool) -> bool:
-    """Create the run dir, or check that resuming is possible. Returns True if it was created."""
-    if resume:
-        if latest_checkpoint(run_dir) is None:
-            raise CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from. "
-                                  "Drop --resume to start a new run, or pass the run dir of an earlier run.")
-        return False
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise CheckpointError(f"run dir {run_dir} already exists. Pass --resume to continue it, "
-                              "--run-dir to choose another folder, or delete it.")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Create the run dir, or check that resuming is possible. Returns True if it was created.
+    A path that is a file, or a folder that cannot be created or read, is a :class:`CheckpointError`."""
+    fix = "Pass --run-dir a folder that can be created (or an earlier run's, with --resume), e.g. runs/<name>."
+    if run_dir.exists() and not run_dir.is_dir():
+        raise CheckpointError(f"run dir {run_dir} is a file, not a folder. {fix}")
+    try:
+        if resume:
+            if latest_checkpoint(run_dir) is None:
+                raise CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from. "
+                                      "Drop --resume to start a new run, or pass the run dir of an earlier run.")
+            return False
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise CheckpointError(f"run dir {run_dir} already exists. Pass --resume to continue it, "
+                                  "--run-dir to choose another folder, or delete it.")
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(f"run dir {run_dir} cannot be {'read' if resume or run_dir.is_dir() else 'created'} "
+                              f"({exc.strerror or type(exc).__name__}: {exc.filename or run_dir}). {fix}") from exc
     return True
 
 
@@ -133,6 +141,14 @@ class Trainer:
         self._seed()
         use_working_dir(self.cfg.ray.working_dir)  # the driver imports the env module the workers get
         dims = self._probe()
+        resume_state = None
+        if self.resume:  # before any actor starts: a checkpoint of other layers fails here
+            ckpt = latest_checkpoint(self.run_dir)
+            resume_state = (ckpt, load_checkpoint(ckpt))  # type: ignore[arg-type]
+            mismatch = layout_mismatch(resume_state[1], self.cfg.layer_groups(),
+                                       [n for n in dims if not any(n in g for g in self.cfg.layer_groups())])
+            if mismatch:
+                raise self._resume_error(ckpt, mismatch)  # type: ignore[arg-type]
         if self.cfg.train.video_every:
             from .video import check_renders
 
@@ -160,12 +176,8 @@ class Trainer:
             self.groups.append(DPPOGroup(self.cfg, names, self.backend, self.service, dims, workers, share, budget))
         self._load_schedule_checkpoints()
         if self.resume:
-            state = load_checkpoint(latest_checkpoint(self.run_dir))  # type: ignore[arg-type]
-            for group in self.groups:
-                group.set_state(state["groups"][group.name])
-            for name, learner in self.fixed.items():
-                learner.set_state(state["fixed"][name])
-            self._restore_rng(state["driver_rng"])
+            self._restore(resume_state)  # type: ignore[arg-type]
+            state = resume_state[1]  # type: ignore[index]
             info = best_info(self.run_dir)  # a best.pt ranked another way is replaced at the first evaluation
             if info and (info.get("best_by"), info.get("best_mode")) == (self.cfg.train.best_by, self.cfg.train.best_mode):
                 self._best = float(info["score"])
@@ -177,6 +189,41 @@ class Trainer:
         self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
         for layer in self.cfg.layers:
             self.metrics.hyperparameters(layer.name, M.flatten(self.cfg.model_dump(mode="json") | {"layers": [layer.model_dump(mode="json")]}))
+
+    def _resume_error(self, ckpt: Path, what: str) -> CheckpointError:
+        """--resume with a config whose layers differ from the checkpoint's: the command that resumes it."""
+        import shlex
+
+        saved = self.run_dir / "config.yaml"
+        cmd = shlex.join(["hdppo", "train", str(saved), "--run-dir", str(self.run_dir), "--resume"])
+        return CheckpointError(f"--resume: the checkpoint in {self.run_dir} ({ckpt.name}) was trained with another "
+                               f"config: {what}. Resume it with the config it was trained with: {cmd} (add --set "
+                               "train.total_env_steps=N to train longer), or train this config in a new --run-dir. "
+                               f"{self.run_dir} was left as it was.")
+
+    def _restore(self, resume: tuple[Path, dict[str, Any]]) -> None:
+        """Load the checkpoint into the groups and fixed layers, after checking every layer's
+        weights have this config's shapes; a mismatch is a :class:`CheckpointError` saying which."""
+        ckpt, state = resume
+        saved = learner_states(state)
+        handles = {**{n: h for g in self.groups for n, h in g.learners.items()}, **self.fixed}
+        for name, handle in handles.items():
+            shapes = handle.weight_shapes() if name in self.fixed else \
+                self.backend.get(self.backend.call(handle, "weight_shapes"))
+            what = policy_mismatch(saved[name].get("policy", {}), shapes)
+            if what:
+                raise self._resume_error(ckpt, f"layer {name!r}: {what}")
+        try:
+            for group in self.groups:
+                group.set_state(state["groups"][group.name])
+            for name, learner in self.fixed.items():
+                learner.set_state(state["fixed"][name])
+            self._restore_rng(state["driver_rng"])
+        except HdppoError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a checkpoint this config cannot take, whatever the part
+            raise self._resume_error(ckpt, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") \
+                from exc
 
     def _load_schedule_checkpoints(self) -> None:
         """``schedule.checkpoint``: start a layer from another run's weights."""

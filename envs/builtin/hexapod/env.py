@@ -125,7 +125,7 @@ class HexapodEnv(gym.Env):
         if isinstance(curriculum, str):
             from ...loading import resolve_entry_point
 
-            curriculum = resolve_entry_point(curriculum)
+            curriculum = resolve_entry_point(curriculum, "hexapod: env.kwargs.curriculum")
         self.curriculum = curriculum
         self.difficulty = float(difficulty)
         self.command_in_obs, self.goal_in_obs = command_in_obs, goal_in_obs

@@ -1,0 +1,133 @@
+"""Bad env, reward and run-dir input through ``hdppo`` itself: one clear paragraph naming the
+thing and the fix, a non-zero exit code, never a traceback."""
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from hdppo.platform.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "configs" / "cartpole.yaml")
+CORRIDOR = str(ROOT / "configs" / "corridor_hierarchy.yaml")
+TINY = ["--set", "train.total_env_steps=512", "--set", "ray.backend=local", "--set", "train.eval_episodes=0"]
+SMALL = ["--set", "layers.0.dppo.num_workers=1", "--set", "layers.0.dppo.num_envs_per_worker=2",
+         "--set", "layers.0.dppo.train_batch_size=256", "--set", "layers.0.ppo.minibatch_size=64"]
+
+# Module names of their own, so that no other test's module of that name is picked up.
+BAD_IMPORT = "hdppo_t_badmod"
+BAD_CALL = "hdppo_t_callraise"
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A working folder holding mods/ (a module that raises on import, one whose factory raises)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the CLI puts the cwd and --working-dir on it
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / f"{BAD_IMPORT}.py").write_text('raise RuntimeError("boom at import")\n')
+    (mods / f"{BAD_CALL}.py").write_text('def make(**kwargs):\n    raise ValueError("factory failed")\n')
+    for name in (BAD_IMPORT, BAD_CALL):
+        sys.modules.pop(name, None)
+    yield tmp_path
+    for name in (BAD_IMPORT, BAD_CALL):
+        sys.modules.pop(name, None)
+
+
+def run(capsys, argv: list[str]) -> tuple[int, str]:
+    """Exit code and stderr (whitespace joined, as the CLI wraps its message) of ``hdppo argv``."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, " ".join(err.split())
+
+
+def test_env_module_that_raises_on_import(scratch, capsys, monkeypatch):
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, "--working-dir", "mods", "--set",
+                             f"env.entry_point={BAD_IMPORT}:make", "--set", "env.id=null", "--run-dir", "r"])
+    assert code != 0 and err.startswith("hdppo train: error:")
+    for part in (f"'{BAD_IMPORT}:make'", f"module '{BAD_IMPORT}'", "RuntimeError: boom at import",
+                 "Fix the module", f'python -c "import {BAD_IMPORT}"'):
+        assert part in err
+    assert not (scratch / "r").exists()
+    monkeypatch.syspath_prepend(str(scratch / "mods"))  # as PYTHONPATH=mods
+    code, err = run(capsys, ["check-env", f"{BAD_IMPORT}:make"])
+    assert code != 0 and err.startswith("hdppo check-env: error:")
+    assert f"'{BAD_IMPORT}:make'" in err and "RuntimeError: boom at import" in err and "Fix the module" in err
+
+
+def test_env_factory_that_raises(scratch, capsys, monkeypatch):
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--set",
+                             f"env.entry_point={BAD_CALL}:make", "--run-dir", "r"])
+    assert code != 0
+    for part in (f"env '{BAD_CALL}:make'", "ValueError: factory failed",
+                 "make(num_agents=1, length=9, max_steps=24)", "Fix the factory, or env.kwargs"):
+        assert part in err
+    assert not (scratch / "r").exists()
+    monkeypatch.syspath_prepend(str(scratch / "mods"))
+    code, err = run(capsys, ["check-env", f"{BAD_CALL}:make"])
+    assert code != 0 and f"env '{BAD_CALL}:make'" in err and "ValueError: factory failed" in err
+    assert "make() (no env.kwargs)" in err
+
+
+def test_reward_module_that_raises_on_import(scratch, capsys):
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--set",
+                             f"layers.1.reward.intrinsic_fn={BAD_IMPORT}:make", "--run-dir", "r"])
+    assert code != 0
+    for part in ("layers[1] (control).reward.intrinsic_fn", f"module '{BAD_IMPORT}'",
+                 "RuntimeError: boom at import", "Fix the module"):
+        assert part in err
+    assert not (scratch / "r").exists()
+
+
+@pytest.mark.parametrize("argv", [["check-env", ":make"],
+                                  ["train", CARTPOLE, *TINY, "--set", "env.entry_point=:make", "--set", "env.id=null",
+                                   "--run-dir", "r"]])
+def test_empty_module_name(scratch, capsys, argv):
+    code, err = run(capsys, argv)
+    assert code != 0
+    assert "':make' has an empty module name" in err and "'package.module:function'" in err
+
+
+def test_run_dir_that_is_a_file_or_cannot_be_created(scratch, capsys):
+    (scratch / "afile").write_text("not a folder")
+    for run_dir, says in (("afile", "run dir afile is a file, not a folder"),
+                          ("afile/sub", "run dir afile/sub cannot be created"),
+                          ("/proc/x", "run dir /proc/x cannot be created")):
+        for resume in ([], ["--resume"]):
+            code, err = run(capsys, ["train", CARTPOLE, *TINY, "--run-dir", run_dir, *resume])
+            assert code != 0
+            if not (resume and run_dir != "afile"):  # resuming a folder that is not there: "no checkpoint"
+                assert says in err and "Pass --run-dir a folder that can be created" in err, err
+            else:
+                assert "has no checkpoint to resume from" in err
+    assert (scratch / "afile").read_text() == "not a folder"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_with_another_config_leaves_the_run_dir_as_it_was(scratch, capsys):
+    assert main(["train", CARTPOLE, *TINY, *SMALL, "--run-dir", "R"]) == 0
+    capsys.readouterr()
+    before = _digests(scratch / "R")
+    assert any(k.startswith("checkpoints/") for k in before)
+    fix = "Resume it with the config it was trained with: hdppo train R/config.yaml --run-dir R --resume"
+
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--set", "layers.0.policy.hidden=[32]",
+                             "--run-dir", "R", "--resume"])
+    assert code != 0 and err.startswith("hdppo train: error: --resume: the checkpoint in R")
+    assert "was trained with another config: layer 'control': its weights" in err
+    assert "[64, 4] in the checkpoint, [32, 4] with this config" in err and fix in err
+    assert _digests(scratch / "R") == before
+
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--run-dir", "R", "--resume"])
+    assert code != 0
+    assert "it holds the layers 'control', this config has 'strategy', 'control'" in err and fix in err
+    assert _digests(scratch / "R") == before
