@@ -137,6 +137,9 @@ class Trainer:
                          "encoder": s.encoder} for s in specs}
 
     def setup(self) -> None:
+        # The folders above the run dir that this run makes (runs/, or a/b of --run-dir a/b/c): a
+        # failed start removes them again if it left them empty.
+        self._parents_made = [p for p in self.run_dir.absolute().parents if not p.exists()]
         self._created = prepare_run_dir(self.run_dir, self.resume)
         self._seed()
         use_working_dir(self.cfg.ray.working_dir)  # the driver imports the env module the workers get
@@ -484,6 +487,11 @@ class Trainer:
             return
         if self._created and not self._checkpointed and not holds_results(self.run_dir):
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            for parent in getattr(self, "_parents_made", []):  # deepest first; only while empty
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
         elif self._created and latest_checkpoint(self.run_dir) is None and not self.quiet:
             print(f"[hdppo] run dir kept: {self.run_dir} (its logs; no checkpoint yet, so it cannot be resumed)",
                   flush=True)

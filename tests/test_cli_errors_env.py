@@ -131,3 +131,18 @@ def test_resume_with_another_config_leaves_the_run_dir_as_it_was(scratch, capsys
     assert code != 0
     assert "it holds the layers 'control', this config has 'strategy', 'control'" in err and fix in err
     assert _digests(scratch / "R") == before
+
+
+def test_a_failed_start_removes_the_folders_it_made_and_only_those(scratch, capsys):
+    """--run-dir a/b/c, or the default runs/<name>, for an env that cannot be made: a, a/b and runs/
+    are gone again; a folder that was there before stays, and so do its files."""
+    bad = ["--set", "env.id=NoSuchEnv-v9"]
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *bad, "--run-dir", "a/b/c"])
+    assert code != 0 and "NoSuchEnv-v9" in err
+    assert not (scratch / "a").exists()
+    code, _ = run(capsys, ["train", CARTPOLE, *TINY, *bad])
+    assert code != 0 and not (scratch / "runs").exists()
+    (scratch / "keep").mkdir()
+    (scratch / "keep" / "notes.txt").write_text("mine")
+    code, _ = run(capsys, ["train", CARTPOLE, *TINY, *bad, "--run-dir", "keep/x/y"])
+    assert code != 0 and sorted(p.name for p in (scratch / "keep").iterdir()) == ["notes.txt"]
