@@ -26,6 +26,11 @@ def _make(target: Any) -> tuple[Any, str, str, dict]:
         adapter = make_multi_agent(**spec)
         return adapter.env, e.type, adapter.name, spec
     if target.endswith((".yaml", ".yml")):
+        from pathlib import Path
+
+        if not Path(target).is_file():
+            raise EnvError(f"config file {target!r} does not exist. Pass the path to an existing config file, a "
+                           "Gymnasium id, or 'module:factory'.")
         raise EnvError(f"{target!r} is a config file: load it first and pass its env section "
                        "(hdppo check-env does this), or give an env id or 'module:factory'.")
     if ":" in target:

@@ -151,6 +151,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import learner_states, load_checkpoint, policy_checkpoint
+    from .errors import ConfigError
     from .export import FORMATS, check_format, check_layer, export_layer
 
     run_dir = Path(args.run_dir)
@@ -159,6 +160,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
     check_format(args.format)
     ckpt = policy_checkpoint(run_dir, args.checkpoint)
     out = Path(args.out) if args.out else run_dir / "export" / f"{layer}{FORMATS[args.format]}"
+    other = {ext: fmt for fmt, ext in FORMATS.items() if fmt != args.format}
+    if out.suffix.lower() in other:  # a TorchScript file named .onnx (or the reverse) would mislead its reader
+        raise ConfigError(f"--out {out}: a {out.suffix} file with --format {args.format}. Name it "
+                          f"{out.with_suffix(FORMATS[args.format]).name}, or pass --format {other[out.suffix.lower()]}.")
     _output_path(out, "--out", args.overwrite, out.with_name(out.name + ".json"))
     model, meta = export_layer(cfg, learner_states(load_checkpoint(ckpt))[layer], layer, args.format, out,
                                {"run_dir": str(run_dir), "checkpoint": ckpt.name})

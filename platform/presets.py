@@ -52,7 +52,8 @@ def resolve_config_path(arg: str | Path) -> Path:
     name = path.stem if looks_like_name else None
     if name in presets:
         return presets[name]
-    missing = f"config file {arg} does not exist" + (f", and no preset is named {name!r}" if looks_like_name else "")
+    missing = (f"{arg} is a folder, not a config file" if path.is_dir() else f"config file {arg} does not exist") + \
+        (f", and no preset is named {name!r}" if looks_like_name else "")
     listed = (f", or one of the presets: {', '.join(presets)} (`hdppo presets` says what each trains)" if presets else
               "; no presets are installed here (pip install . from the repository installs them)")
     raise ConfigError(f"{missing}. Pass the path to a YAML file, e.g. configs/default.yaml{listed}.")

@@ -146,3 +146,10 @@ def test_a_failed_start_removes_the_folders_it_made_and_only_those(scratch, caps
     (scratch / "keep" / "notes.txt").write_text("mine")
     code, _ = run(capsys, ["train", CARTPOLE, *TINY, *bad, "--run-dir", "keep/x/y"])
     assert code != 0 and sorted(p.name for p in (scratch / "keep").iterdir()) == ["notes.txt"]
+
+
+def test_a_missing_config_or_a_folder_is_named_as_such(scratch, capsys):
+    code, err = run(capsys, ["check-env", "nope.yaml"])
+    assert code != 0 and "config file 'nope.yaml' does not exist" in err
+    code, err = run(capsys, ["train", "mods"])
+    assert code != 0 and "mods is a folder, not a config file" in err

@@ -234,3 +234,9 @@ def test_export_never_replaces_a_users_file_unasked_and_checks_the_folder(runs, 
     (deep.parent / "m.pt").unlink(), (deep.parent / "m.pt.json").unlink(), deep.parent.rmdir(), deep.parent.parent.rmdir()
     assert main(["export", str(run_dir), "--format", "torchscript", "--out", str(mine), "--overwrite"]) == 0
     assert mine.read_bytes() != b"the user's own file" and mine.with_name("mine.pt.json").is_file()
+
+
+def test_export_refuses_a_file_named_for_the_other_format(runs, tmp_path, capsys):
+    msg = _error(capsys, str(runs["cartpole"]), "--format", "torchscript", "--out", str(tmp_path / "m.onnx"))
+    assert "a .onnx file with --format torchscript" in msg and "Name it m.pt, or pass --format onnx" in msg
+    assert not list(tmp_path.iterdir())
