@@ -227,7 +227,8 @@ def _cmd_scale(args: argparse.Namespace) -> int:
         raise ConfigError(f"hdppo scale --workers: give at least 1 worker, not {args.workers}.")
     request_scale(run_dir, args.workers, args.group)
     print(f"[hdppo] asked {run_dir} to run {'group ' + repr(args.group) if args.group else 'every group'} with "
-          f"{args.workers} workers; the trainer applies it after its current update.")
+          f"{args.workers} workers; the trainer applies it after its current update (a run that is not training now "
+          "ignores it when it is resumed).")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from .config import ElasticConfig
@@ -48,7 +49,8 @@ def request_scale(run_dir: Path | str, workers: int, group: str | None = None) -
         raise FileNotFoundError(run_dir)
     path = run_dir / SCALE_REQUEST
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"group": group, "workers": int(workers)}))
+    # Stamped, so that a trainer started later (a run resumed days after) can tell it was not meant for it.
+    tmp.write_text(json.dumps({"group": group, "workers": int(workers), "time": time.time()}))
     os.replace(tmp, path)
     return path
 

@@ -102,6 +102,7 @@ class Trainer:
         self.fixed: dict[str, Learner] = {}    # frozen layers: publish their weights, never update
         self.last: dict[str, dict] = {}         # the last metrics of each layer
         self._created = False
+        self._born = time.time()  # a scale request older than this was made while no trainer ran
         self._checkpointed = False
         self.stop = StopRequest()
         self.phase = "setup"  # then "training", then "evaluation"
@@ -373,6 +374,11 @@ class Trainer:
         """``hdppo scale RUN_DIR --workers N``: resize between updates, never mid-update."""
         request = take_scale_request(self.run_dir)
         if request is None:
+            return
+        if request.get("time", 0.0) < self._born:  # asked of an earlier trainer of this run dir, which had stopped
+            if not self.quiet:
+                print(f"[hdppo] ignored a scale request to {request['workers']} workers made before this trainer "
+                      "started (the run was not training then); ask again with hdppo scale", flush=True)
             return
         for group in self.groups:
             if request.get("group") in (None, group.name):

@@ -1,4 +1,6 @@
 """Elastic worker pools: resize by `hdppo scale` and by the CPU-utilization policy, while training."""
+import time
+
 import pytest
 
 from accounting_checks import assert_accounted
@@ -23,8 +25,10 @@ def test_policy_grows_on_idle_cpu_and_shrinks_when_oversubscribed():
 
 def test_scale_request_is_taken_once(tmp_path):
     (tmp_path / "config.yaml").write_text("name: x\n")
+    before = time.time()
     request_scale(tmp_path, 3, "control")
-    assert take_scale_request(tmp_path) == {"group": "control", "workers": 3}
+    request = take_scale_request(tmp_path)
+    assert request.pop("time") >= before and request == {"group": "control", "workers": 3}
     assert take_scale_request(tmp_path) is None
     with pytest.raises(FileNotFoundError):
         request_scale(tmp_path / "nope", 2)
@@ -108,3 +112,28 @@ def test_scale_command_errors(tmp_path, capsys):
     assert main(["scale", str(tmp_path), "--workers", "2", "--group", "nope"]) == 2
     assert "no group 'nope'" in err()
     assert not (tmp_path / "scale_request.json").exists()
+
+
+def test_a_scale_request_made_while_nothing_trained_is_not_applied_later(tmp_path, capsys):
+    """`hdppo scale` on a run that had stopped: the trainer that resumes it later ignores the
+    request and says so, rather than silently training with other workers."""
+    run_dir = tmp_path / "run"
+    cfg = _cfg()
+    cfg.train.total_env_steps = 256 * 2
+    trainer = Trainer(cfg, run_dir, quiet=True)
+    try:
+        trainer.train()
+    finally:
+        trainer.shutdown()
+    assert main(["scale", str(run_dir), "--workers", "1"]) == 0   # nothing is training it now
+    capsys.readouterr()
+    cfg.train.total_env_steps = 256 * 4
+    trainer = Trainer(cfg, run_dir, resume=True)
+    try:
+        trainer.train()
+    finally:
+        trainer.shutdown()
+    workers, _ = _workers_and_samples(run_dir)
+    assert workers and set(workers) == {2}, workers
+    assert "ignored a scale request to 1 workers made before this trainer started" in capsys.readouterr().out
+    assert not (run_dir / "scale_request.json").exists()
