@@ -361,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         # hdppo train stops its loop itself on SIGINT/SIGTERM (_report_stop); this is a signal outside
         # it (hdppo.platform.interrupts.Interrupted says what was kept) or in another command.
-        print(f"hdppo {args.command}: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"hdppo {args.command}: {str(exc) or 'interrupted (Ctrl-C) before anything was kept'}",
+              file=sys.stderr)
         return getattr(exc, "exit_code", 130)
 
 

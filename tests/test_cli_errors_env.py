@@ -153,3 +153,14 @@ def test_a_missing_config_or_a_folder_is_named_as_such(scratch, capsys):
     assert code != 0 and "config file 'nope.yaml' does not exist" in err
     code, err = run(capsys, ["train", "mods"])
     assert code != 0 and "mods is a folder, not a config file" in err
+
+
+def test_an_early_ctrl_c_says_what_happened(monkeypatch, capsys):
+    import hdppo.platform.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt()   # as a Ctrl-C before the trainer installs its handlers
+
+    monkeypatch.setattr(cli, "_cmd_presets", interrupted)
+    assert main(["presets"]) == 130
+    assert capsys.readouterr().err.strip() == "hdppo presets: interrupted (Ctrl-C) before anything was kept"
