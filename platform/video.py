@@ -424,7 +424,12 @@ def record_video(cfg: Any, states: dict[str, dict[str, Any]], path: str | Path, 
             writer.close()
             tmp.unlink(missing_ok=True)  # failed part-way: no half a video under the name asked for
             raise
-        tmp.replace(path)
+        try:
+            tmp.replace(path)
+        except OSError as exc:  # e.g. the name is a folder now: keep nothing half-done
+            tmp.unlink(missing_ok=True)
+            raise ConfigError(f"--video {path}: the finished video could not be moved there ({exc.strerror or exc}). "
+                              "Name a file in a folder you can write to.") from None
         rec.fps = rate
         return rec
     finally:

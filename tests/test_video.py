@@ -209,3 +209,19 @@ def test_eval_refuses_bad_counts_and_never_replaces_a_users_file(cartpole_run, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.mp4", "mine.mp4"]   # no partial file left
     assert main(["eval", str(cartpole_run), "--episodes", "1", "--video", str(mine), "--overwrite"]) == 0
     assert mine.stat().st_size > 100
+
+
+def test_record_video_leaves_no_partial_file_when_the_name_cannot_be_taken(cartpole_run, tmp_path):
+    """record_video called directly (no CLI check first) on a name that is a folder: a clear
+    error, and the partial file it wrote is gone."""
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.platform.config import load_config
+    from hdppo.platform.errors import ConfigError
+    from hdppo.platform.video import record_video
+
+    (tmp_path / "v.gif").mkdir()
+    cfg = load_config(cartpole_run / "config.yaml")
+    states = learner_states(load_checkpoint(latest_checkpoint(cartpole_run)))
+    with pytest.raises(ConfigError, match="could not be moved there"):
+        record_video(cfg, states, tmp_path / "v.gif", 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.gif"] and not list((tmp_path / "v.gif").iterdir())
