@@ -37,8 +37,12 @@ def _make(target: Any) -> tuple[Any, str, str, dict]:
         env = call_factory(resolve_entry_point(target), target, {})
     else:
         env = make_gym_env(target)
-    kind = "gymnasium" if isinstance(env, gym.Env) else "pettingzoo"
-    return env, kind, target, {}
+    if isinstance(env, gym.Env):
+        return env, "gymnasium", target, {}
+    if not all(callable(getattr(env, m, None)) for m in ("reset", "step")):  # not a PettingZoo env either
+        raise EnvError(f"env {target!r}: the factory returned {type(env).__name__}, not an env. Return a "
+                       "gymnasium.Env, or a PettingZoo ParallelEnv or AEC env (reset and step methods).")
+    return env, "pettingzoo", target, {}
 
 
 BATCHED = ("vector", "gymnasium_vector")

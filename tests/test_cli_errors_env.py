@@ -164,3 +164,8 @@ def test_an_early_ctrl_c_says_what_happened(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_cmd_presets", interrupted)
     assert main(["presets"]) == 130
     assert capsys.readouterr().err.strip() == "hdppo presets: interrupted (Ctrl-C) before anything was kept"
+
+
+def test_check_env_on_a_factory_that_returns_no_env(capsys):
+    code, err = run(capsys, ["check-env", "os:getcwd"])
+    assert code != 0 and "the factory returned str, not an env" in err
