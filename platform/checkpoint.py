@@ -108,9 +108,13 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure here means the same thing to the user
-        raise CheckpointError(f"checkpoint {path} cannot be loaded safely ({type(exc).__name__}: {exc}). "
-                              "It may be truncated or not an hdppo checkpoint; delete it to fall back "
-                              "to the previous one.") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        ours = path.parent.name == "checkpoints" and path.name.startswith("ckpt_")
+        raise CheckpointError(f"checkpoint {path} cannot be loaded safely ({type(exc).__name__}: {first}). "
+                              + ("It may be truncated (a run stopped while writing it): move it out of checkpoints/ "
+                                 "to resume from the one before." if ours else
+                                 "It is not an hdppo checkpoint: point at a run dir or at a .pt file in a run's "
+                                 "checkpoints/.")) from None
 
 
 def learner_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -8,8 +8,10 @@ Hooks instead of subclassing: pass ``hooks=[fn]``; each is called as
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -63,7 +65,36 @@ def prepare_run_dir(run_dir: Path, resume: bool) -> bool:
 
 
 # What a run dir holds before its first update; a failed start may remove a run dir holding no more.
-_BEFORE_FIRST_UPDATE = {"config.yaml", "metrics.jsonl", "tb", "checkpoints"}
+LOCK_FILE = ".hdppo.lock"
+_BEFORE_FIRST_UPDATE = {"config.yaml", "metrics.jsonl", "tb", "checkpoints", LOCK_FILE}
+
+
+def lock_run_dir(run_dir: Path) -> Any:
+    """An exclusive lock on ``run_dir`` for this process (``flock``, released by the OS if the
+    process dies, so no stale lock survives a crash); a second trainer of the same run dir is a
+    :class:`CheckpointError`. Returns the open lock file, to close when training ends."""
+    import fcntl
+
+    f = open(run_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the trainer's life
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise CheckpointError(f"run dir {run_dir} is being trained now ({holder}). Two trainers of one run dir would "
+                              "write and prune each other's checkpoints: wait for that run to finish or stop it "
+                              "(Ctrl-C there, or kill -TERM its pid), or train into another --run-dir.") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+    f.flush()
+    return f
+
+
+def unlock_run_dir(lock: Any) -> None:
+    if lock is not None and not lock.closed:
+        lock.close()  # closing the file releases the flock
 
 
 def holds_results(run_dir: Path) -> bool:
@@ -142,6 +173,7 @@ class Trainer:
         # failed start removes them again if it left them empty.
         self._parents_made = [p for p in self.run_dir.absolute().parents if not p.exists()]
         self._created = prepare_run_dir(self.run_dir, self.resume)
+        self._lock = lock_run_dir(self.run_dir)  # one trainer per run dir: a second would prune the first's checkpoints
         self._seed()
         use_working_dir(self.cfg.ray.working_dir)  # the driver imports the env module the workers get
         dims = self._probe()
@@ -238,10 +270,17 @@ class Trainer:
             if layer.name not in states:
                 raise CheckpointError(f"layer {layer.name!r}, schedule.checkpoint: {layer.schedule.checkpoint} has no "
                                       f"layer of that name (it has {', '.join(states)}).")
-            if layer.name in self.fixed:
+            group = None if layer.name in self.fixed else next(g for g in self.groups if layer.name in g.layers)
+            shapes = (self.fixed[layer.name].weight_shapes() if group is None else
+                      self.backend.get(self.backend.call(group.learners[layer.name], "weight_shapes")))
+            what = policy_mismatch(states[layer.name].get("policy", {}), shapes)
+            if what:  # another env's or network's run: say so before torch's size-mismatch traceback would
+                raise CheckpointError(f"layer {layer.name!r}, schedule.checkpoint: {layer.schedule.checkpoint} holds a "
+                                      f"{layer.name!r} trained with another observation, action space or network: "
+                                      f"{what}. Point it at a run of this env and this layer's policy settings.")
+            if group is None:
                 self.fixed[layer.name].load_weights(states[layer.name])
             else:
-                group = next(g for g in self.groups if layer.name in g.layers)
                 self.backend.get(self.backend.call(group.learners[layer.name], "load_weights", states[layer.name]))
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -396,6 +435,7 @@ class Trainer:
             raise
         finally:
             self.stop.interruptible = True
+            unlock_run_dir(getattr(self, "_lock", None))  # the run dir is free once training returns
 
     def _env_steps(self) -> int:
         return int(sum(g.env_steps for g in self.groups))
@@ -489,6 +529,7 @@ class Trainer:
         or continued with ``--resume`` from its last checkpoint."""
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
+        unlock_run_dir(getattr(self, "_lock", None))
         if not self.run_dir.is_dir():
             return
         if self._created and not self._checkpointed and not holds_results(self.run_dir):
@@ -503,6 +544,7 @@ class Trainer:
                   flush=True)
 
     def shutdown(self) -> None:
+        unlock_run_dir(getattr(self, "_lock", None))
         for group in self.groups:
             group.shutdown()
         if self.groups or self.fixed:

@@ -1,5 +1,8 @@
 """Checkpoints hold the whole state, are written atomically, and resume exactly."""
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -92,8 +95,13 @@ def test_loading_never_unpickles_arbitrary_objects(tmp_path):
     with pytest.raises(CheckpointError, match="cannot be loaded safely"):
         load_checkpoint(path)
     path.write_bytes(b"truncated")
-    with pytest.raises(CheckpointError, match="delete it to fall back"):
+    with pytest.raises(CheckpointError, match="move it out of checkpoints/ to resume from the one before"):
         load_checkpoint(path)
+    mine = tmp_path / "my_config.yaml"   # not a checkpoint hdppo wrote: never advised away
+    mine.write_text("name: mine\n")
+    with pytest.raises(CheckpointError, match="not an hdppo checkpoint: point at a run dir") as exc:
+        load_checkpoint(mine)
+    assert "move it" not in str(exc.value) and "delete" not in str(exc.value)
 
 
 def test_a_killed_driver_continues_with_resume(tmp_path):
@@ -134,3 +142,20 @@ def test_a_killed_driver_continues_with_resume(tmp_path):
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == steps + 1024
+
+
+def test_one_trainer_per_run_dir(tmp_path):
+    """A second trainer of a run dir being trained is refused (it would write and prune the first's
+    checkpoints); the lock goes with the first trainer, and a crash leaves no stale lock."""
+    from hdppo.platform.trainer import LOCK_FILE, lock_run_dir, unlock_run_dir
+
+    held = lock_run_dir(tmp_path)
+    with pytest.raises(CheckpointError, match=f"is being trained now \\(pid {os.getpid()} on "):
+        lock_run_dir(tmp_path)
+    unlock_run_dir(held)
+    unlock_run_dir(lock_run_dir(tmp_path))   # free again
+    assert (tmp_path / LOCK_FILE).is_file()
+    # A trainer process that dies holding the lock: the OS releases it.
+    code = f"from hdppo.platform.trainer import lock_run_dir; lock_run_dir(__import__('pathlib').Path({str(tmp_path)!r})); import os; os._exit(9)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 9
+    unlock_run_dir(lock_run_dir(tmp_path))

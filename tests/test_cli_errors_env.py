@@ -169,3 +169,14 @@ def test_an_early_ctrl_c_says_what_happened(monkeypatch, capsys):
 def test_check_env_on_a_factory_that_returns_no_env(capsys):
     code, err = run(capsys, ["check-env", "os:getcwd"])
     assert code != 0 and "the factory returned str, not an env" in err
+
+
+def test_schedule_checkpoint_of_another_env_is_named_not_a_size_mismatch(scratch, capsys):
+    """A layer started from another env's run of the same layer name (CartPole's control under the
+    corridor's strategy): one paragraph saying so, not torch's state-dict traceback."""
+    assert run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--run-dir", "cp"])[0] == 0
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--set", "layers.1.schedule.mode=frozen",
+                             "--set", f"layers.1.schedule.checkpoint={scratch / 'cp'}", "--run-dir", "r"])
+    assert code != 0 and "layer 'control', schedule.checkpoint:" in err
+    assert "trained with another observation, action space or network" in err and "in the checkpoint" in err
+    assert not (scratch / "r").exists()
