@@ -321,24 +321,59 @@ class Sampler:
         n_idx, l_idx = np.nonzero(due)
         if is_vectorized_teacher(fn):  # type: ignore[arg-type]
             cmd = self._command_in(p)
-            a = np.asarray(fn(env=self.venv, copies=n_idx, members=[p.members[lane] for lane in l_idx],  # type: ignore[misc]
-                              command=None if cmd is None else cmd[n_idx, l_idx], **kwargs), np.float32)
+            a = self._teacher_array(p, fn(env=self.venv, copies=n_idx, members=[p.members[lane] for lane in l_idx],  # type: ignore[misc]
+                                          command=None if cmd is None else cmd[n_idx, l_idx], **kwargs), " (vectorised)", "")
             if a.size != len(n_idx) * dim:
                 raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} (vectorised) returned "  # type: ignore[union-attr]
                                f"{a.shape} for {len(n_idx)} lanes; it must return one row per lane of {dim} value(s) "
                                "(one index for Discrete, one per entry of MultiDiscrete or Box).")
-            return a.reshape(len(n_idx), dim)
+            return self._teacher_checked(p, a.reshape(len(n_idx), dim), l_idx, " (vectorised)")
         out = np.zeros((len(n_idx), dim), np.float32)
         for k, (n, lane) in enumerate(zip(n_idx, l_idx)):
             members = [self.venv.agents[a] for a in p.members[lane]]
-            a = np.asarray(fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs),  # type: ignore[misc]
-                           np.float32).reshape(-1)
+            a = self._teacher_array(p, fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs),  # type: ignore[misc]
+                                    "", f" for lane {p.lanes[lane]!r}").reshape(-1)
             if a.size != dim:
                 raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} returned {a.size} "  # type: ignore[union-attr]
                                f"value(s) for lane {p.lanes[lane]!r}; the layer's actions have {dim} (one index for "
                                "Discrete, one per entry of MultiDiscrete or Box).")
             out[k] = a
-        return out
+        return self._teacher_checked(p, out, l_idx, "")
+
+    def _teacher_array(self, p: _Plan, value: Any, where: str, lane: str) -> np.ndarray:
+        """A teacher's return value as float32, or an EnvError naming what it returned."""
+        try:
+            if value is None:
+                raise TypeError
+            return np.asarray(value, np.float32)
+        except (TypeError, ValueError):
+            raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy}{where} returned {value!r}"  # type: ignore[union-attr]
+                           f"{lane}, not numbers; it must return {self._teacher_range(p)}. Fix the teacher.") from None
+
+    def _teacher_range(self, p: _Plan) -> str:
+        head = self.policies[p.name].head
+        if head.kind == "box":
+            return f"finite values for the layer's Box({head.dim}) action"
+        ranges = ", ".join(f"[{int(s)}, {int(s) + n - 1}]" for s, n in zip(head.start, head.nvec))
+        return f"integer actions in {ranges} (the layer's action space {p.spec.action_space})"
+
+    def _teacher_checked(self, p: _Plan, a: np.ndarray, lanes: np.ndarray, where: str) -> np.ndarray:
+        """The teacher's actions ``[k, dim]`` checked against the layer's action space (one
+        vectorised test), as the policy's actions: Discrete/MultiDiscrete indices less ``start``."""
+        head = self.policies[p.name].head
+        if head.kind == "box":
+            bad = ~np.isfinite(a)
+        else:
+            start = head.start.astype(np.float32)
+            bad = ~np.isfinite(a) | (a != np.round(a)) | (a < start) | (a >= start + np.asarray(head.nvec, np.float32))
+        if bad.any():
+            row = int(np.nonzero(bad.any(axis=1))[0][0])
+            vals = [f"{v:g}" for v in a[row]]
+            shown = vals[0] if len(vals) == 1 else f"[{', '.join(vals)}]"
+            raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy}{where} returned {shown} "  # type: ignore[union-attr]
+                           f"for lane {p.lanes[lanes[row]]!r}; "  # type: ignore[union-attr]
+                           f"it must return {self._teacher_range(p)}. Fix the teacher.")
+        return a if head.kind == "box" else a - head.start.astype(np.float32)
 
     def _command_in(self, p: _Plan) -> np.ndarray | None:
         if p.parent is None:

@@ -109,6 +109,11 @@ def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[L
     if bottom.cfg.agents != "all":
         controlled = bottom.cfg.agents if isinstance(bottom.cfg.agents, list) else \
             [a for m in bottom.cfg.agents.squads.values() for a in m]  # type: ignore[union-attr]
+        unknown = [a for a in controlled if a not in known]
+        if unknown:
+            raise _layer_error(bottom, "agents", f"{', '.join(map(repr, unknown))} "
+                               f"{'is not an agent' if len(unknown) == 1 else 'are not agents'} of env "
+                               f"{probe.name!r}; its agents are {', '.join(known)}")
         bottom.members = {a: [a] for a in controlled}
     # Nesting: every lane of a layer must sit inside one lane of the layer above, and every env
     # agent of the bottom layer inside one lane of the layer just above it.

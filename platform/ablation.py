@@ -25,6 +25,9 @@ def parse_counts(text: str) -> list[int]:
 
 def ablate(config: str, counts: list[int], out_dir: Path, overrides: list[str] | None = None) -> list[dict[str, Any]]:
     """Train once per worker count (every group gets that many workers); returns one row each."""
+    from .sweep import check_out_dir
+
+    check_out_dir(out_dir, "--out")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} already exists; pass another --out or delete it.")
     rows = []

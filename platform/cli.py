@@ -210,7 +210,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"[hdppo] failed: {line}")
     print(f"[hdppo] sweep dir: {out}  ({SWEEP_MD}, {SWEEP_JSON}, one run dir per trial, Tune's state in tune/)")
     print(f"[hdppo] TensorBoard, every trial and layer: tensorboard --logdir {out}")
-    return 0
+    return 1 if failures(rows) else 0  # some trials failed (all failing raised above: exit 2)
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:

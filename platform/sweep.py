@@ -380,6 +380,19 @@ def default_sweep_dir(cfg: Config) -> Path:
     return Path("runs") / f"{cfg.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def check_out_dir(path: Path, flag: str) -> None:
+    """That ``path`` (passed as ``flag``) can be an output folder: a folder, or one that can be
+    created; checked without creating anything."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a file, not a folder; pass a new or empty folder.")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not path.exists() and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
+        why = f"{parent} is a file" if not parent.is_dir() else f"{parent} is not writable"
+        raise ConfigError(f"{flag} {path}: the folder cannot be created ({why}); pass a folder you can write to.")
+
+
 def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric: str = M.CHART_EPISODIC_RETURN,
           mode: str = "max", layer: str | None = None, sweep_dir: Path | str | None = None,
           max_concurrent: int | None = None, overrides: list[str] | None = None,
@@ -402,6 +415,7 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
         raise ConfigError(f"--layer {layer}: the layer is {base.layer(layer).schedule.mode} and logs no training "
                           "metrics; rank by a trained layer.")
     out = Path(sweep_dir) if sweep_dir is not None else default_sweep_dir(base)
+    check_out_dir(out, "--sweep-dir")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"sweep dir {out} already exists; pass another --sweep-dir or delete it.")
 

@@ -22,3 +22,12 @@ def test_ablate_trains_each_worker_count_and_writes_table_and_plot(tmp_path):
 def test_bad_worker_lists_are_refused(text):
     with pytest.raises(ConfigError, match="positive worker counts"):
         parse_counts(text)
+
+
+def test_an_out_path_that_is_a_file_is_refused_before_training(tmp_path):
+    afile = tmp_path / "afile.txt"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match=r"--out .*afile.txt: is a file, not a folder"):
+        ablate(str(tmp_path / "missing.yaml"), [1], afile)
+    with pytest.raises(ConfigError, match=r"--out .*sub: the folder cannot be created \(.*afile.txt is a file\)"):
+        ablate(str(tmp_path / "missing.yaml"), [1], afile / "sub")

@@ -56,6 +56,14 @@ def test_unknown_agent_is_named_against_the_env():
         probe_env(cfg, 0)
 
 
+def test_unknown_bottom_layer_agents_are_named_against_the_env():
+    cfg = validate(two_layers())
+    cfg.layers[-1].agents = ["walker_9", "nobody"]
+    with pytest.raises(ConfigError, match=r"layer 'control', agents: 'walker_9', 'nobody' are not agents of env "
+                                          r".*; its agents are walker_0"):
+        probe_env(cfg, 0)
+
+
 # -- period alignment on a scripted env ---------------------------------------------------------
 
 def _runner(cfg, recorded, num_envs=1):

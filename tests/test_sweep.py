@@ -99,6 +99,38 @@ def test_cli_refuses_bad_input_with_one_paragraph_and_no_sweep_dir(tmp_path):
         assert not (tmp_path / "sweep").exists()
 
 
+def test_sweep_and_ablate_refuse_a_file_as_their_folder(tmp_path, capsys):
+    from hdppo.platform.cli import main
+
+    path = write_config(tmp_path)
+    afile = tmp_path / "afile.txt"
+    afile.write_text("x")
+    for args, flag, why in [(["sweep", str(path), "--grid", "layers.0.ppo.lr=1e-4", "--sweep-dir", str(afile)],
+                             "--sweep-dir", "is a file, not a folder"),
+                            (["sweep", str(path), "--grid", "layers.0.ppo.lr=1e-4", "--sweep-dir", str(afile / "sub")],
+                             "--sweep-dir", "the folder cannot be created"),
+                            (["ablate", str(path), "--workers", "1", "--out", str(afile)], "--out",
+                             "is a file, not a folder")]:
+        assert main(args) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"error: {flag} {afile}" in err and why in err and "Traceback" not in err, err
+    assert afile.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["afile.txt", "c.yaml"]
+
+
+def test_sweep_exits_1_when_some_trials_failed(tmp_path, monkeypatch, capsys):
+    import hdppo.platform.sweep as sweep_module
+    from hdppo.platform.cli import main
+
+    rows = [{"trial": "00_ok", "error": None}, {"trial": "01_bad", "error": "ConfigError: no module"}]
+    monkeypatch.setattr(sweep_module, "sweep", lambda *a, **k: (tmp_path / "sweep", "control", rows))
+    monkeypatch.setattr(sweep_module, "to_rich", lambda *a, **k: "the table")
+    assert main(["sweep", str(write_config(tmp_path)), "--grid", "layers.0.ppo.lr=1e-4,1"]) == 1
+    out = capsys.readouterr().out
+    assert "the table" in out and "[hdppo] failed: 01_bad: ConfigError: no module" in out
+    rows[1]["error"] = None
+    assert main(["sweep", str(write_config(tmp_path)), "--grid", "layers.0.ppo.lr=1e-4,1"]) == 0
+
+
 # ----------------------------------------------------------------------------- resources and ranking
 
 def test_trial_bundles_are_what_the_trainer_declares():

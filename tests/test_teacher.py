@@ -175,6 +175,46 @@ def test_teacher_errors_name_the_field(tmp_path):
     assert not (tmp_path / "a" / "checkpoints").exists()
 
 
+def eight(raw_obs, members, env):
+    return CLASSES  # one past Discrete(8)
+
+
+def minus_one(raw_obs, members, env):
+    return -1
+
+
+def nothing(raw_obs, members, env):
+    return None
+
+
+def not_a_number(raw_obs, members, env):
+    return float("nan")
+
+
+def a_word(raw_obs, members, env):
+    return "left"
+
+
+@vectorized_teacher
+def batched_eight(env, copies, members, command):
+    return np.full(len(copies), CLASSES)
+
+
+@pytest.mark.parametrize("name, shown", [("eight", "returned 8"), ("minus_one", "returned -1 for lane 'agent_0'"),
+                                         ("nothing", "returned None for lane 'agent_0', not numbers"),
+                                         ("not_a_number", "returned nan"),
+                                         ("a_word", "returned 'left' for lane 'agent_0', not numbers"),
+                                         ("batched_eight", r"\(vectorised\) returned 8 for lane 'agent_0'")])
+def test_a_teacher_action_outside_the_action_space_is_named(tmp_path, name, shown):
+    from hdppo.envs.errors import EnvError
+
+    cfg = _batched_config({"policy": f"test_teacher:{name}"}, 512) if name == "batched_eight" else \
+        _config({"policy": f"test_teacher:{name}"}, 512)
+    with pytest.raises(EnvError, match=rf"layer 'control', teacher.policy: test_teacher:{name}.*{shown}.*"
+                                       rf"integer actions in \[0, 7\] \(the layer's action space Discrete\(8\)\)"):
+        Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+
+
 def two_values(raw_obs, members, env):
     return [0, 1]
 
