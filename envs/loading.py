@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import importlib.metadata
 from typing import Any, Callable
 
@@ -130,6 +131,14 @@ def _unknown_id(env_id: str) -> EnvError:
     ids = list(gym.registry.keys())
     close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    if not close and "." in env_id:
+        try:  # a module path, not an id: most likely a PettingZoo env given as type gymnasium
+            module = importlib.util.find_spec(env_id) is not None
+        except (ImportError, ValueError):
+            module = False
+        if module:
+            hint = (f" {env_id!r} is a Python module: for a PettingZoo env set env.type: pettingzoo (it calls the "
+                    "module's parallel_env or env).")
     return EnvError(f"env id {env_id!r} is not registered with Gymnasium.{hint} Use a registered id "
                     "(see gymnasium.pprint_registry()) or give env.entry_point: 'package.module:factory'.")
 

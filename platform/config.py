@@ -796,7 +796,8 @@ class Config(_Strict):
                     if name not in names:
                         raise ValueError(f"groups[{g}]: unknown layer {name!r}; layers are {', '.join(names)}")
                     if name in placed:
-                        raise ValueError(f"groups: layer {name!r} is in groups {placed[name]} and {g}; one group each")
+                        raise ValueError(f"groups[{g}]: layer {name!r} is listed twice; list it once" if placed[name] == g
+                                         else f"groups: layer {name!r} is in groups {placed[name]} and {g}; one group each")
                     placed[name] = g
                 self._agree(g, members)
         return self
@@ -957,7 +958,15 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     Raises :class:`ConfigError` naming the problem."""
     path = resolve_config_path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file in UTF-8 (a config is YAML text). Pass the YAML file, "
+                          "e.g. configs/default.yaml, or save it as UTF-8.") from None
+    if not text.strip():
+        raise ConfigError(f"{path} is empty. A config needs at least name, env and layers: copy a preset "
+                          "(hdppo presets lists them) and edit it.")
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

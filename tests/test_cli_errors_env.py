@@ -180,3 +180,17 @@ def test_schedule_checkpoint_of_another_env_is_named_not_a_size_mismatch(scratch
     assert code != 0 and "layer 'control', schedule.checkpoint:" in err
     assert "trained with another observation, action space or network" in err and "in the checkpoint" in err
     assert not (scratch / "r").exists()
+
+
+def test_config_files_that_are_empty_or_not_text_and_other_small_mistakes(scratch, capsys):
+    (scratch / "empty.yaml").write_text("\n  \n")
+    code, err = run(capsys, ["train", "empty.yaml"])
+    assert code != 0 and "empty.yaml is empty" in err
+    (scratch / "bin.yaml").write_bytes(b"\xff\xfe\x00name")
+    code, err = run(capsys, ["train", "bin.yaml"])
+    assert code != 0 and "is not a text file in UTF-8" in err
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, "--set", "env.id=pettingzoo.butterfly.cooperative_pong_v6"])
+    assert code != 0 and "is a Python module: for a PettingZoo env set env.type: pettingzoo" in err
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--set", "groups=[{layers: [strategy, strategy]}, {layers: [control]}]"])
+    assert code != 0 and "layer 'strategy' is listed twice" in err
+    assert not (scratch / "runs").exists()
