@@ -119,20 +119,19 @@ def test_a_scale_request_made_while_nothing_trained_is_not_applied_later(tmp_pat
     request and says so, rather than silently training with other workers."""
     run_dir = tmp_path / "run"
     cfg = _cfg()
-    cfg.train.total_env_steps = 256 * 2
-    trainer = Trainer(cfg, run_dir, quiet=True)
-    try:
-        trainer.train()
-    finally:
-        trainer.shutdown()
+
+    def train_to(env_steps, **kw):
+        cfg.train.total_env_steps = env_steps
+        trainer = Trainer(cfg, run_dir, **kw)
+        try:
+            trainer.train()
+        finally:
+            trainer.shutdown()
+
+    train_to(256 * 2, quiet=True)
     assert main(["scale", str(run_dir), "--workers", "1"]) == 0   # nothing is training it now
     capsys.readouterr()
-    cfg.train.total_env_steps = 256 * 4
-    trainer = Trainer(cfg, run_dir, resume=True)
-    try:
-        trainer.train()
-    finally:
-        trainer.shutdown()
+    train_to(256 * 4, resume=True)
     workers, _ = _workers_and_samples(run_dir)
     assert workers and set(workers) == {2}, workers
     assert "ignored a scale request to 1 workers made before this trainer started" in capsys.readouterr().out
