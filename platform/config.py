@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -931,13 +932,20 @@ def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None
             node = node.setdefault(part, {})
 
 
+_E_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``a.b=value`` with the value parsed as YAML (so numbers, bools, lists and null work)."""
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set layers.0.ppo.lr=1e-4")
     key, raw = text.split("=", 1)
     try:
-        return key.strip(), yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
+        # YAML 1.1 reads 1e6 (no dot) as text; on a command line it is meant as a number.
+        if isinstance(value, str) and _E_NUMBER.fullmatch(value.strip()):
+            value = float(value)
+        return key.strip(), value
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc}).") from None
 

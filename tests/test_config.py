@@ -162,3 +162,14 @@ def test_a_run_config_saved_before_critic_input_keeps_its_state_only_critic(tmp_
     mine = tmp_path / "mine.yaml"
     mine.write_text(yaml.safe_dump(tiny_config(layers=[{"name": "control", "policy": {"central_critic": True}}])))
     assert load_config(mine).layers[0].policy.critic_input == "state_and_obs"
+
+
+def test_set_reads_e_notation_as_a_number():
+    """YAML 1.1 reads 1e6 (no dot) as text; --set takes it as the number a command line means."""
+    from hdppo.platform.config import load_config, parse_override
+
+    assert parse_override("train.total_env_steps=1e6") == ("train.total_env_steps", 1e6)
+    assert parse_override("layers.0.ppo.lr=-2.5E-4") == ("layers.0.ppo.lr", -2.5e-4)
+    assert parse_override("name=1e5x") == ("name", "1e5x")   # text stays text
+    cfg = load_config(ROOT / "configs" / "cartpole.yaml", ["train.total_env_steps=1e6"])
+    assert cfg.train.total_env_steps == 1_000_000 and isinstance(cfg.train.total_env_steps, int)
