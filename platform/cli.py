@@ -61,23 +61,12 @@ def _output_path(path: Path, flag: str, overwrite: bool, *extra: Path) -> Path:
         if f.exists() and not overwrite:
             raise ConfigError(f"{flag} {f}: the file exists, and hdppo does not replace files unasked. Pass "
                               "--overwrite to replace it, or name another file.")
-    import tempfile
+    from .paths import write_error
 
-    folder, missing = path.absolute().parent, []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    try:  # the real test (os.access says yes to root anywhere): make what is missing, write a file, undo both
-        for f in reversed(missing):
-            f.mkdir()
-        tempfile.TemporaryFile(dir=path.absolute().parent).close()
-    except OSError as exc:
+    exc = write_error(path.absolute().parent)
+    if exc is not None:
         raise ConfigError(f"{flag} {path}: no file can be written in {path.absolute().parent} "
-                          f"({exc.strerror or exc}). Name a file in a folder you can write to.") from None
-    finally:
-        for f in missing:
-            if f.exists():
-                f.rmdir()
+                          f"({exc.strerror or exc}). Name a file in a folder you can write to.")
     return path
 
 

@@ -382,14 +382,19 @@ def default_sweep_dir(cfg: Config) -> Path:
 
 def check_out_dir(path: Path, flag: str) -> None:
     """That ``path`` (passed as ``flag``) can be an output folder: a folder, or one that can be
-    created; checked without creating anything."""
+    created (tested by making it and writing a file there, then undoing both)."""
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {path}: is a file, not a folder; pass a new or empty folder.")
+    from .paths import write_error
+
+    if path.exists():
+        return
     parent = path
     while not parent.exists():
         parent = parent.parent
-    if not path.exists() and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
-        why = f"{parent} is a file" if not parent.is_dir() else f"{parent} is not writable"
+    exc = None if not parent.is_dir() else write_error(path)
+    if not parent.is_dir() or exc is not None:
+        why = f"{parent} is a file" if exc is None else (exc.strerror or str(exc))
         raise ConfigError(f"{flag} {path}: the folder cannot be created ({why}); pass a folder you can write to.")
 
 

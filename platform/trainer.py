@@ -237,16 +237,20 @@ class Trainer:
                                "train.total_env_steps=N to train longer), or train this config in a new --run-dir. "
                                f"{self.run_dir} was left as it was.")
 
+    def _weight_shapes(self, name: str) -> dict[str, list[int]]:
+        """Layer ``name``'s policy parameter shapes, from its fixed learner or its group's (maybe remote) one."""
+        if name in self.fixed:
+            return self.fixed[name].weight_shapes()
+        group = next(g for g in self.groups if name in g.learners)
+        return self.backend.get(self.backend.call(group.learners[name], "weight_shapes"))
+
     def _restore(self, resume: tuple[Path, dict[str, Any]]) -> None:
         """Load the checkpoint into the groups and fixed layers, after checking every layer's
         weights have this config's shapes; a mismatch is a :class:`CheckpointError` saying which."""
         ckpt, state = resume
         saved = learner_states(state)
-        handles = {**{n: h for g in self.groups for n, h in g.learners.items()}, **self.fixed}
-        for name, handle in handles.items():
-            shapes = handle.weight_shapes() if name in self.fixed else \
-                self.backend.get(self.backend.call(handle, "weight_shapes"))
-            what = policy_mismatch(saved[name].get("policy", {}), shapes)
+        for name in [*(n for g in self.groups for n in g.learners), *self.fixed]:
+            what = policy_mismatch(saved[name].get("policy", {}), self._weight_shapes(name))
             if what:
                 raise self._resume_error(ckpt, f"layer {name!r}: {what}")
         try:
@@ -271,9 +275,7 @@ class Trainer:
                 raise CheckpointError(f"layer {layer.name!r}, schedule.checkpoint: {layer.schedule.checkpoint} has no "
                                       f"layer of that name (it has {', '.join(states)}).")
             group = None if layer.name in self.fixed else next(g for g in self.groups if layer.name in g.layers)
-            shapes = (self.fixed[layer.name].weight_shapes() if group is None else
-                      self.backend.get(self.backend.call(group.learners[layer.name], "weight_shapes")))
-            what = policy_mismatch(states[layer.name].get("policy", {}), shapes)
+            what = policy_mismatch(states[layer.name].get("policy", {}), self._weight_shapes(layer.name))
             if what:  # another env's or network's run: say so before torch's size-mismatch traceback would
                 raise CheckpointError(f"layer {layer.name!r}, schedule.checkpoint: {layer.schedule.checkpoint} holds a "
                                       f"{layer.name!r} trained with another observation, action space or network: "
