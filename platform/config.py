@@ -888,9 +888,12 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
-def _explain(err: dict) -> str:
+def _explain(err: dict, given: dict[tuple, str] | None = None) -> str:
     loc = tuple(err["loc"])
     where = _loc_str(loc)
+    flag = _given_at(loc, given or {})
+    if flag:
+        where += f" (from {flag})"
     if err["type"] == "extra_forbidden":
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
@@ -905,10 +908,13 @@ def _explain(err: dict) -> str:
     return f"{where}: {msg}{shown}."
 
 
-def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None:
-    """Set ``a.b.c`` in nested dicts/lists; a list step is an index or a layer ``name``."""
+def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> tuple:
+    """Set ``a.b.c`` in nested dicts/lists; a list step is an index or a layer ``name``. Returns
+    the path as set, list steps as indices (``('layers', 0, 'ppo', 'lr')``), so that an error
+    found later at that place can name the flag that put the value there."""
     parts = dotted.split(".")
     node: Any = data
+    resolved: list = []
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
@@ -917,6 +923,7 @@ def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None
             if idx is None or idx >= len(node):
                 raise ConfigError(f"{source} {dotted}: no list entry '{part}' at {'.'.join(parts[:i]) or 'top'}; "
                                   f"use an index (0..{len(node) - 1}) or a layer name.")
+            resolved.append(idx)
             if last:
                 node[idx] = value
             else:
@@ -924,12 +931,14 @@ def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> None
             continue
         if not isinstance(node, dict):
             raise ConfigError(f"{source} {dotted}: '{'.'.join(parts[:i])}' is a value, not a section.")
+        resolved.append(part)
         if last:
             node[part] = value
         else:
             if part == "layers" and part not in node:
                 node[part] = [{}]
             node = node.setdefault(part, {})
+    return tuple(resolved)
 
 
 _E_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
@@ -950,15 +959,32 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc}).") from None
 
 
-def validate(data: Any, source: str = "config") -> Config:
+def _given_at(loc: tuple, given: dict[tuple, str]) -> str | None:
+    """The command-line flag that set the value at ``loc`` or the section holding it, if any
+    (the longest such path: ``--set layers.0.ppo={...}`` then ``--set layers.0.ppo.lr=...``,
+    the second names an error at lr)."""
+    best = None
+    for path, flag in given.items():
+        if loc[:len(path)] == path and (best is None or len(path) > len(best)):
+            best = path
+    return given[best] if best is not None else None
+
+
+def validate(data: Any, source: str = "config", given: dict[tuple, str] | None = None) -> Config:
+    """A :class:`Config` from plain data, or a :class:`ConfigError` naming every bad field.
+    ``given`` maps the paths that command-line flags set (``('ray', 'working_dir')``) to the
+    flag as typed: an error at such a path says which flag to fix, not only which file."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys (name, env, layers, train, ray); "
                           f"got {type(data).__name__}.")
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        lines = [_explain(e) for e in exc.errors()]
-        raise ConfigError(f"{source} is invalid: " + " ".join(lines)) from None
+        errors = exc.errors()
+        lines = [_explain(e, given) for e in errors]
+        flagged = sum(_given_at(tuple(e["loc"]), given or {}) is not None for e in errors)
+        what = f"{source}, as changed on the command line," if flagged else source
+        raise ConfigError(f"{what} is invalid: " + " ".join(lines)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
@@ -981,12 +1007,13 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
     data = {} if data is None else data
     _upgrade_run_config(data)
+    given: dict[tuple, str] = {}
     for text in overrides or []:
         key, value = parse_override(text)
         if not isinstance(data, dict):
             break
-        set_path(data, key, value)
-    return validate(data, source=str(path))
+        given[set_path(data, key, value)] = f"--set {text}"
+    return validate(data, source=str(path), given=given)
 
 
 # Every PolicyConfig field a run dir's config.yaml held before policy.critic_input existed

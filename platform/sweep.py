@@ -411,7 +411,8 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
     base, trials = plan_trials(config, grid_specs, samples, overrides)
     if working_dir is not None:  # checked as the config field is; the trials get it through Ray
         working_dir = validate(base.model_dump() | {"ray": base.ray.model_dump() | {"working_dir": working_dir}},
-                               source=f"{config} with --working-dir").ray.working_dir
+                               source=str(config),
+                               given={("ray", "working_dir"): f"--working-dir {working_dir}"}).ray.working_dir
     working_dir = working_dir or base.ray.working_dir
     check_mode(mode)
     check_metric(metric)

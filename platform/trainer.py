@@ -562,7 +562,8 @@ def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str 
     cfg = load_config(path, overrides)
     given = {k: v for k, v in (("address", address), ("working_dir", working_dir)) if v is not None}
     if given:
-        cfg = validate(cfg.model_dump() | {"ray": cfg.ray.model_dump() | given}, source=path)
+        flags = {("ray", k): f"--{k.replace('_', '-')} {v}" for k, v in given.items()}
+        cfg = validate(cfg.model_dump() | {"ray": cfg.ray.model_dump() | given}, source=path, given=flags)
     if resume and run_dir is None:
         run_dir = str(Path("runs") / cfg.name)
     trainer = Trainer(cfg, run_dir, resume=resume)

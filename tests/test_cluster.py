@@ -94,11 +94,14 @@ def test_working_dir_is_validated_naming_the_field(tmp_path, capsys, monkeypatch
     cfg = _config(tmp_path, "envs_b", tmp_path / "log.jsonl")
     assert main(["train", str(cfg), "--working-dir", "no_such_dir", "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "ray.working_dir: no such folder" in " ".join(err.split()) and str(tmp_path) in err.replace("\n", "")
+    # The flag is named (the config file itself is fine), and where a relative path starts.
+    assert ("as changed on the command line, is invalid: ray.working_dir (from --working-dir no_such_dir): "
+            "no such folder") in " ".join(err.split()) and str(tmp_path) in err.replace("\n", "")
     assert not (tmp_path / "run").exists()
     argv = ["sweep", str(cfg), "--grid", "train.seed=1,2", "--working-dir", "no_such_dir", "--sweep-dir", "sw"]
     assert main(argv) == 2
-    assert "with --working-dir is invalid: ray.working_dir: no such folder" in " ".join(capsys.readouterr().err.split())
+    assert ("as changed on the command line, is invalid: ray.working_dir (from --working-dir no_such_dir): no such "
+            "folder") in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "sw").exists()
 
 

@@ -70,6 +70,28 @@ def test_overrides_by_index_and_layer_name(tmp_path):
         load_config(p, ["layers.strategy.ppo.lr=1"])
 
 
+def test_an_error_set_on_the_command_line_names_its_flag(tmp_path):
+    """A value put there by --set is named by the flag as typed (a layer name resolved to its
+    index); an error in the file itself is not, and a file with no --set errors reads as before."""
+    p = write(tmp_path, "name: x\nenv: {id: CartPole-v1}\nlayers:\n  - name: control\n    ppo: {gamma: 2}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(p, ["layers.control.ppo.lr=-1", "train.totl=3", "train.seed=1"])
+    msg = str(err.value)
+    assert msg.startswith(f"{p}, as changed on the command line, is invalid: ")
+    assert "layers[0].ppo.lr (from --set layers.control.ppo.lr=-1): Input should be greater than 0" in msg
+    assert "train.totl (from --set train.totl=3): unknown key" in msg
+    assert "layers[0].ppo.gamma: " in msg and "layers[0].ppo.gamma (from" not in msg
+    assert "train.seed" not in msg
+    # The longest path that a flag set names the error: a section set whole, then one field of it.
+    with pytest.raises(ConfigError, match=r"layers\[0\]\.ppo\.clip \(from --set layers\.0\.ppo=\{clip: -1\}\)"):
+        load_config(p, ["layers.0.ppo={clip: -1}"])
+    with pytest.raises(ConfigError, match=r"layers\[0\]\.ppo\.lr \(from --set layers\.0\.ppo\.lr=0\)"):
+        load_config(p, ["layers.0.ppo={clip: 0.2}", "layers.0.ppo.lr=0"])
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    assert str(err.value).startswith(f"{p} is invalid: layers[0].ppo.gamma: ")
+
+
 def test_defaults_come_from_the_seed_articles():
     cfg = validate({"name": "x", "env": {"id": "CartPole-v1"}})
     layer = cfg.layers[0]
