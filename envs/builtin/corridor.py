@@ -12,12 +12,15 @@ it; a flat policy on the agents' observations reaches the goal half the time at 
 | action (each) | Discrete(3): 0 left, 1 stay, 2 right |
 | state() | Box(0, 1, (2 + n * length,)): one-hot goal side, then each agent's position one-hot |
 | reward (each) | +1 on reaching the goal (the agent is then done), -0.01 per step otherwise |
+| start | every walker in the middle cell (``length // 2``); the goal at the left or right end, drawn from the seed |
+| info (each) | ``moved``: the cell change this step (-1, 0, +1; 0 against a wall) |
 | episode | ends when every agent is done, truncated after ``max_steps`` |
 | arguments | ``num_agents=1``, ``length=9``, ``max_steps=24``, ``render_mode=None`` (or ``"rgb_array"``) |
 | render | ``rgb_array``: one row of ``CELL``-pixel cells per walker, the goal cell green, a walker a blue square (grey once done) |
 
 ``follow_command`` (registered as ``corridor_follow``) is the intrinsic reward for the control
-layer: 1 for a step in the commanded direction (command 0 = left, 1 = right), else 0.
+layer: 1 for a step in the commanded direction (command 0 = left, 1 = right, read from ``moved``),
+else 0.
 """
 from __future__ import annotations
 

@@ -28,7 +28,10 @@ commanded lane at the commanded speed, and not crashing.
 **A scripted driver** for the straight highways (``highway-v0``, ``highway-fast-v0``):
 :func:`gap_keeping_action` reads the simulator (not the observation) and keeps a time headway to
 the vehicle ahead, changes lanes when blocked and a neighbouring lane has room front and rear,
-keeps right when the right lane is as open, and speeds up when the gap allows.
+keeps right when the right lane is as open, and speeds up when the gap allows. With
+``escape=True`` it treats a leader slower than the lowest target speed (20 m/s on highway-fast,
+where SLOWER can do no more) as a wall: it leaves that lane as soon as a neighbour has room, and
+close to the wall with bumper margins only (half the crashes: ``benchmarks/results/highway_escape.md``).
 :func:`gap_teacher` is the same rule as a ``teacher.policy`` (kickstarting,
 ``configs/highway_kickstart.yaml``), and ``benchmarks/highway.py`` runs it as a no-learning baseline.
 

@@ -16,7 +16,10 @@
 (combined arms: one unit type of one side) is wiped out, or at ``max_cycles``, and then marks
 every agent terminated; ``standing`` reads the survivors from the grid instead.
 ``nearest_teacher`` is the same script as a ``teacher.policy`` (kickstarting): a layer of units
-that imitates attack-nearest early in training and improves on it by PPO.
+that imitates attack-nearest early in training and improves on it by PPO. ``battle_map`` is an
+``observation.source`` for the layers above the units: the whole map, ``[H, W, groups]`` of
+presence flattened, then each group's live share (MAgent2's own ``state()`` fails on a game's
+last step; this does not).
 
 How MAgent2 lays out what the script reads (checked against magent2 0.3.4 in
 ``tests/test_combined_arms.py``):

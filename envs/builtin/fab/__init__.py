@@ -15,10 +15,10 @@ decision.
 | | |
 |---|---|
 | agents | one (a Gymnasium env): the dispatcher of every tool group in ``agent_groups``; hdppo names it ``agent_0`` |
-| observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (A,), int8) (1: legal) |
+| observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (A,), int8) (1: legal), A = K slots (``action="slot"``) or 4 rules (``action="rule"``), plus 3 release levels with ``release_control`` |
 | action | ``action="slot"`` (default): Discrete(K), the candidate slot to start; ``action="rule"``: Discrete(4), which rule (fifo, spt, edd, cr) picks the lot, every rule always legal (adaptive rule selection); with ``release_control`` MultiDiscrete([K or 4, 3]): that, and the release rate level (x0.8, x1.0, x1.2 of the order rate) from now on |
 | reward | ``-reward_scale * (w_tardiness * late lot-hours + w_cycle_time * lot-hours in the fab)`` accrued since the last decision ``+ w_throughput * lots completed``; over an episode the tardiness term sums to every lot's tardiness within the horizon |
-| info | each step: ``sim_time_h``, ``wip``, ``queued``, ``late_wip``, ``tools_down``, ``completed``, ``mean_tardiness_h``, ``group``, ``group_queue``, ``group_slot`` (the deciding group's index among ``agent_groups``, -1 when none), ``release_level``, ``chosen_ranks`` (the chosen lot's rank under fifo/spt/edd/cr, 0 = first); the last step also ``episode`` (:meth:`.sim.FabSim.summary`, with ``late_wip_end``: lots still in the fab and past due at the end) |
+| info | each step: ``sim_time_h``, ``wip``, ``queued``, ``late_wip``, ``tools_down``, ``completed``, ``mean_tardiness_h``, ``group``, ``group_queue``, ``group_slot`` (the deciding group's index among ``agent_groups``, -1 when none), ``release_level``, ``chosen_ranks`` (the chosen lot's rank under fifo/spt/edd/cr, 0 = first); the last step also ``episode`` (:meth:`.sim.FabSim.summary`, with ``late_wip_end``: lots still in the fab and past due at the end) and, at the top level for ``env.episode_metrics``, ``mean_tardiness_h``, ``tardy_fraction``, ``mean_cycle_time_h``, ``throughput_lots_per_day``, ``mean_wip``, ``late_lot_hours`` and ``max_queue`` (the longest queue a deciding group had at a decision) |
 | episode | ends (terminated) when the simulated time reaches ``days``; ``env.history()`` holds WIP, queues, late WIP, tools down, completions and mean tardiness every ``record_every`` minutes |
 | arguments | ``scenario="hvlm_mini"`` (``"hvlm"``, ``"lvhm"``, ``"lvhm_mini"``, or a :class:`Scenario`), ``days=None`` (the scenario's horizon), ``objective="tardiness"`` (``"cycle_time"``, ``"throughput"``, or a dict of weights), ``k=8`` (K), ``noise=True`` (processing and transport times drawn from their distributions), ``breakdowns=True`` (breakdowns and PMs), ``default_rule="fifo"`` (for decisions outside ``agent_groups``), ``agent_groups="all"`` (or a list of tool group names), ``release_control=False``, ``hot_first=True``, ``batch_wait=240`` (minutes a partial batch waits before it may start), ``reward_scale=0.01``, ``record_every=60``, ``data_dir=None`` (the shipped files), ``action="slot"`` (or ``"rule"``), ``crn=False`` (common random numbers: every random quantity keyed by what it is for, so two dispatchers on a seed see the same breakdowns and process times), ``reference_rule=None`` (with ``crn``: the reward is relative to this rule's run of the same seed over the same simulated time, a control variate) |
 
@@ -43,13 +43,14 @@ with ``crn=True``: with one stream, a search on a few seeds mostly fits their lu
 
 **Scenarios** (:data:`SCENARIOS`): ``hvlm`` and ``lvhm`` are the testbed's fabs in full
 (106 tool groups, 1443 / 1313 tools, 2 / 10 products, 2255 / 2156 lots of initial WIP);
-``hvlm_mini`` (the default, for tests and training) keeps the ten busiest tool groups of
-the first 150 route steps (a batching furnace and a litho track with setups among them) with
+``hvlm_mini`` (the default, for tests and training) keeps the eight busiest tool groups of
+the first 150 route steps, plus the busiest batching group and the busiest group with setups
+when none is among them (a batching furnace and a litho track: ten groups in all), with
 a tenth of their tools, releases at 90% utilization of the busiest group, and a 7-day horizon;
 see :mod:`.scenarios`.
 
 **For a hierarchy** (``configs/fab_hierarchy.yaml``): a shift layer (every ``period``
-decisions, about one 12-hour shift of the mini fab) commands ``MultiDiscrete([3, 5])``: a
+decisions, 10-17 hours of the mini fab: about a shift) commands ``MultiDiscrete([3, 5])``: a
 release level and a dispatching criterion (fifo, spt, edd, cr, or all four balanced); the
 dispatching layer reads the command and acts per decision with ``release_control=True``;
 ``fab_follow_command`` (registered here, :mod:`hdppo.envs.rewards`) rewards it for releasing at

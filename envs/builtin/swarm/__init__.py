@@ -4,8 +4,9 @@ A 3-D multi-drone navigation task in vectorised numpy (:mod:`.core`): every dron
 mass with an acceleration and a thrust limit, gravity, linear drag and a speed limit; the
 drones fly in groups of four from the near side of a 30 x 16 x 10 m box to one goal region per
 group on the far side, through a band of spheres, vertical cylinders and moving spheres. Start
-cells are shuffled among the groups, so groups cross each other's paths. A drone within 2 m of
-its goal region's centre has reached it and lands (it leaves ``env.agents``); touching an
+cells are shuffled among the groups, so groups cross each other's paths. Each drone's goal is its
+own pad in its group's region (the group's start pattern around the region's centre); a drone
+within ``goal_radius`` = 1 m of its pad has reached it and lands (it leaves ``env.agents``); touching an
 obstacle or coming within two body radii of another drone is a collision, counted and
 penalised (the drone flies on, pushed back to the obstacle's surface; with
 ``crash_on_collision=True`` it crashes instead: terminated, out of the field).
@@ -61,6 +62,13 @@ PettingZoo form) before the layers below act; the drones'
 goals move to their pads in the assigned regions. ``swarm_mission_time`` rewards such a layer
 for the mission's time and collisions (not progress, which pays for longer routes).
 ``assignment.assignment_teacher`` gives the scripted rules (fixed, shortest, longest, random).
+
+**Scripted pilots** (:mod:`.scripted`, the baselines a drone layer is measured against):
+``straight`` (full speed at the pad, no avoidance), ``potential_field`` (an artificial potential
+field over the simulator's exact geometry), ``observed_field`` (the same field computed from each
+drone's observation alone; :func:`.scripted.field_teacher` hands it to a drone layer as a
+kickstarting teacher); :func:`.scripted.fly` runs one over episodes and counts reached and
+collided drones.
 """
 from .core import Physics, RewardWeights, StepArrays, Swarm
 from .env import SwarmEnv, SwarmVector, drone_infos, make_vector, parallel_env

@@ -13,8 +13,8 @@ speed into it; a drone that comes within two body radii of another is in contact
 new contact is a *collision*, counted and penalised; a drone that collided stays in the air
 (``collided`` is kept for the episode), unless the swarm is made with ``crash=True``: then a
 collision ends its flight as a real quadrotor's would (it leaves the field, terminated). A
-drone within ``goal_radius`` of its group's goal region has *reached* it and lands (it leaves
-the field and the agents).
+drone within ``goal_radius`` of its own pad in its group's goal region has *reached* it and
+lands (it leaves the field and the agents).
 """
 from __future__ import annotations
 

@@ -53,7 +53,8 @@ def drone_infos(s: Swarm, res: StepArrays | None, copy: int, drones: list[int], 
     the goal this step), ``altitude`` (z / height), ``in_field`` (1 inside the obstacle band),
     ``cohesion`` (m to its group's centroid), ``spacing`` (m to the nearest drone of its group,
     ``inf`` alone). On the step that ends the episode also ``reach_rate`` and ``collision_rate``
-    (fractions of all the field's drones) and ``episode_steps``."""
+    (fractions of all the field's drones), ``episode_steps`` and ``assignment_shortest`` (1 when
+    the groups flew to the regions with the shortest summed distance from their starts)."""
     coh, spacing = s.group_stats()
     x = s.pos[copy, :, 0]
     in_field = (x >= s.sc.field[0]) & (x <= s.sc.field[1])
