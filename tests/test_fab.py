@@ -451,3 +451,33 @@ def test_shift_rules_preset_trains_the_shift_layer_over_the_scripted_dispatcher(
     (ep,) = evaluate_episodes(validate(data), states, 1, seed=10000, num_envs=1)
     info = next(iter(ep.infos.values()))
     assert info["episode"]["completed"] > 0 and info["mean_tardiness_h"] >= 0.0
+
+
+def test_each_rule_dispatches_the_lot_its_key_names_hot_lots_first():
+    """Five lots with keys set by hand (minutes; now = 1000): FIFO takes the first to arrive, SPT
+    the shortest step, EDD the earliest due date, CR the least (due - now) / remaining work; with
+    ``hot_first`` a hot lot goes before all of them and a super hot one before that; ties go to
+    the earlier arrival."""
+    env = fab.FabEnv(days=1.0)
+    env.reset(seed=0)
+    sim = env.sim
+    lots = np.arange(5)
+    #                  a       b       c       d       e (worst by every key)
+    sim.arrive[lots] = [100.0, 200.0, 300.0, 400.0, 500.0]
+    sim.spt[lots] = [50.0, 10.0, 30.0, 20.0, 60.0]
+    sim.due[lots] = [5000.0, 4000.0, 3000.0, 2000.0, 6000.0]
+    sim.rem[lots] = [1000.0, 100.0, 2000.0, 200.0, 100.0]   # CR 4, 30, 1, 5, 50
+    sim.prio[lots] = 0
+    sim.now = 1000.0
+    expect = {"fifo": 0, "spt": 1, "edd": 3, "cr": 2}
+    assert {r: sim.rule_choice(lots, r) for r in fab.RULES} == expect
+    sim.prio[4] = 1                                          # e is hot
+    assert {r: sim.rule_choice(lots, r) for r in fab.RULES} == dict.fromkeys(expect, 4)
+    sim.prio[0] = 2                                          # a super hot: before the hot e
+    assert {r: sim.rule_choice(lots, r) for r in fab.RULES} == dict.fromkeys(expect, 0)
+    sim.hot_first = False                                    # priorities ignored
+    assert {r: sim.rule_choice(lots, r) for r in fab.RULES} == expect
+    sim.spt[3] = 10.0                                        # d ties b on SPT: b arrived first
+    assert sim.rule_choice(lots, "spt") == 1
+    sim.arrive[3] = 150.0
+    assert sim.rule_choice(lots, "spt") == 3

@@ -406,3 +406,47 @@ def test_size_table_pools_the_families_of_a_size_and_checks_every_run():
     assert "| 10x10 | 2 | 13.8 | 13.5 / 14.0 | 14.5 | 15.5 | 21.5 | 14.5 (MWKR) | yes | yes |" == ten
     fifteen = next(line for line in lines if line.startswith("| 15x15 |"))
     assert fifteen.endswith("| 19.0 (MWKR) | yes | **no** |")   # mean 17.0, but one run at 20.0
+
+
+def test_each_rule_picks_the_job_its_priority_names():
+    """Three jobs waiting on machine 0 at time 0 (work 5, 9, 7; first operations 4, 3, 2): SPT
+    takes job 2, MWKR job 1, LWKR job 0; FIFO and MOR see a tie and take the lowest index."""
+    from hdppo.envs.builtin.jobshop import Instance, rule_choice
+
+    inst = Instance("three", np.array([[4, 1], [3, 6], [2, 5]]), np.array([[0, 1], [0, 1], [0, 1]]))
+    d = Dispatcher(inst, "nondelay")
+    assert d.legal().tolist() == [True, True, True]
+    assert {r: rule_choice(d, r) for r in RULES} == {"SPT": 2, "MWKR": 1, "LWKR": 0, "FIFO": 0, "MOR": 0}
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_rules_follow_their_priority_in_every_state_of_a_schedule(scheme):
+    """Along schedules built by random choices, each rule's pick is legal and best by its key,
+    the key recomputed here from the instance and the starts so far (not the dispatcher's own
+    arrays), ties to the lowest job index."""
+    from hdppo.envs.builtin.jobshop import random_instance, rule_choice
+
+    rng = np.random.default_rng(3)
+    inst = random_instance(6, 5, rng)
+    p, n, m = inst.durations, inst.n_jobs, inst.n_machines
+
+    def keys(starts: np.ndarray) -> dict[str, np.ndarray]:
+        done = (starts >= 0).sum(1)                       # operations dispatched per job
+        nxt = np.minimum(done, m - 1)
+        work = np.array([p[j, done[j]:].sum() for j in range(n)], float)
+        ready = np.array([0 if done[j] == 0 else starts[j, done[j] - 1] + p[j, done[j] - 1] for j in range(n)], float)
+        return {"MWKR": work, "LWKR": -work, "SPT": -p[np.arange(n), nxt].astype(float),
+                "MOR": (m - done).astype(float), "FIFO": -ready}
+
+    checked = 0
+    for _ in range(3):
+        d = Dispatcher(inst, scheme)
+        while not d.done:
+            legal = np.flatnonzero(d.legal())
+            k = keys(d.starts)
+            for rule in RULES:
+                best = legal[k[rule][legal] == k[rule][legal].max()].min()
+                assert rule_choice(d, rule) == best, (rule, d.order)
+                checked += 1
+            d.schedule(int(rng.choice(legal)))
+    assert checked == 3 * n * m * len(RULES)

@@ -95,6 +95,18 @@ def test_assignment_teacher_applies_its_rule_per_copy():
         got = assignment_teacher(env=vec, copies=copies, rule=rule)
         assert got.shape == (3, 1) and got[:, 0].astype(int).tolist() == pick[copies].tolist()
     assert assignment_teacher(env=vec, copies=copies, rule="fixed")[:, 0].tolist() == [0, 0, 0]
+    # random: every one of the G! assignments, each about as often, from the env's own stream
+    # (seeded: the same env seed draws the same picks).
+    picks = np.concatenate([assignment_teacher(env=vec, copies=copies, rule="random")[:, 0] for _ in range(400)])
+    assert picks.dtype == np.float32 and (picks == picks.round()).all()
+    counts = np.bincount(picks.astype(int), minlength=costs.shape[1])
+    assert len(counts) == costs.shape[1] == 24 and counts.min() >= 20 and counts.max() <= 80  # 50 each expected
+    again = make_vector(6, seed=9, scenario="16_medium")
+    again.reset()
+    first = make_vector(6, seed=9, scenario="16_medium")
+    first.reset()
+    assert (assignment_teacher(env=again, copies=copies, rule="random")
+            == assignment_teacher(env=first, copies=copies, rule="random")).all()
 
 
 def test_mission_time_counts_drones_flying_and_collisions():
