@@ -6,6 +6,14 @@ import time
 from typing import Optional
 
 
+def progress_line(steps: int, total: int, sps: float, ret: str) -> str:
+    """The plain progress line. An update samples whole rollouts, so the last one may pass the
+    total: the steps are shown as they are, the share and the time left stop at 100% and 0 s."""
+    share = min(100.0, 100.0 * steps / max(total, 1))
+    eta = "-" if sps <= 0 and steps < total else f"{max(total - steps, 0) / sps if sps > 0 else 0:,.0f}s"
+    return f"[hdppo] steps {steps:,}/{total:,} ({share:.0f}%)  {sps:,.0f} steps/s  return {ret}  eta {eta}"
+
+
 class Progress:
     def __init__(self, total_steps: int, every_s: float = 10.0, start_steps: int = 0, force_plain: bool = False):
         self.total = total_steps
@@ -33,9 +41,7 @@ class Progress:
         now = time.time()
         if now - self._last_line >= self.every_s or steps >= self.total:
             self._last_line = now
-            eta = (self.total - steps) / sps if sps > 0 else float("inf")
-            print(f"[hdppo] steps {steps:,}/{self.total:,} ({100 * steps / self.total:.0f}%)  "
-                  f"{sps:,.0f} steps/s  return {ret}  eta {eta:,.0f}s", flush=True)
+            print(progress_line(steps, self.total, sps, ret), flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

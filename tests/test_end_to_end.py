@@ -96,3 +96,12 @@ def test_nan_env_fails_cleanly_with_no_run_dir_left(tmp_path, backend):
     out = run_cli("train", str(cfg), "--run-dir", str(tmp_path / "run"), cwd=ROOT / "tests")
     assert out.returncode == 2 and "non-finite observation" in " ".join(out.stderr.split()) and "Traceback" not in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_plain_progress_line_stops_at_100_percent_when_the_last_rollout_passes_the_total():
+    from hdppo.platform.progress import progress_line
+
+    assert progress_line(512, 1000, 50.0, "9.2") == "[hdppo] steps 512/1,000 (51%)  50 steps/s  return 9.2  eta 10s"
+    # Whole rollouts: 1,024 steps done of 600 asked, shown as they are, with nothing left to wait for.
+    assert progress_line(1024, 600, 30.0, "11.0") == "[hdppo] steps 1,024/600 (100%)  30 steps/s  return 11.0  eta 0s"
+    assert progress_line(0, 600, 0.0, "-").endswith("(0%)  0 steps/s  return -  eta -")
