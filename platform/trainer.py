@@ -172,6 +172,9 @@ class Trainer:
         # The folders above the run dir that this run makes (runs/, or a/b of --run-dir a/b/c): a
         # failed start removes them again if it left them empty.
         self._parents_made = [p for p in self.run_dir.absolute().parents if not p.exists()]
+        # An empty folder the user made and named with --run-dir is theirs: a failed start empties
+        # it of what this run wrote but keeps the folder.
+        self._folder_made = not self.run_dir.exists()
         self._created = prepare_run_dir(self.run_dir, self.resume)
         self._lock = lock_run_dir(self.run_dir)  # one trainer per run dir: a second would prune the first's checkpoints
         self._seed()
@@ -535,6 +538,10 @@ class Trainer:
         if not self.run_dir.is_dir():
             return
         if self._created and not self._checkpointed and not holds_results(self.run_dir):
+            if not getattr(self, "_folder_made", True):
+                for p in self.run_dir.iterdir():   # only what this run wrote (holds_results said so)
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                return
             shutil.rmtree(self.run_dir, ignore_errors=True)
             for parent in getattr(self, "_parents_made", []):  # deepest first; only while empty
                 try:

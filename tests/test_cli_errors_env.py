@@ -146,6 +146,11 @@ def test_a_failed_start_removes_the_folders_it_made_and_only_those(scratch, caps
     (scratch / "keep" / "notes.txt").write_text("mine")
     code, _ = run(capsys, ["train", CARTPOLE, *TINY, *bad, "--run-dir", "keep/x/y"])
     assert code != 0 and sorted(p.name for p in (scratch / "keep").iterdir()) == ["notes.txt"]
+    # An empty folder the user made and named as the run dir is theirs: emptied of what the run
+    # wrote (its lock file), kept.
+    (scratch / "mine").mkdir()
+    code, _ = run(capsys, ["train", CARTPOLE, *TINY, *bad, "--run-dir", "mine"])
+    assert code != 0 and (scratch / "mine").is_dir() and not any((scratch / "mine").iterdir())
 
 
 def test_a_missing_config_or_a_folder_is_named_as_such(scratch, capsys):
