@@ -70,6 +70,26 @@ def resolve_entry_point(entry_point: str, label: str = "env entry_point") -> Cal
     return load_object(entry_point, label, EnvError)
 
 
+def check_signature(fn: Callable[..., Any], field: str, expected: str, *args: Any,
+                    error: type[HdppoError] = ConfigError, **kwargs: Any) -> None:
+    """A :class:`ConfigError` naming ``field`` when ``fn`` cannot be called with ``args`` and
+    ``kwargs`` (names only, nothing is called): a user's function with the wrong parameters fails
+    when the config is read, not as a worker crash mid-rollout. ``expected`` is the call as the
+    docs write it. A callable whose signature Python cannot read (a C function) passes."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        raise error(f"{field}: {name}{sig} cannot be called as {expected} ({exc}). Give it those parameters "
+                    f"(extra ones need defaults; **kwargs takes any it does not use).") from None
+
+
 def _call_text(name: str, kwargs: dict) -> str:
     """How a factory was called, e.g. ``make(num_envs=2, length=9)``."""
     args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())

@@ -43,7 +43,7 @@ import importlib
 from typing import Any, Callable
 
 from .errors import ConfigError
-from .loading import import_object
+from .loading import check_signature, import_object
 
 __all__ = ["RewardFn", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
 
@@ -106,6 +106,8 @@ def resolve_reward(name_or_path: str, field: str = "intrinsic_fn") -> RewardFn:
         fn = import_object(name_or_path, field)
         if not callable(fn):
             raise ConfigError(f"{field} {name_or_path!r} is not a function")
+        check_signature(fn, f"{field} {name_or_path!r}", "fn(command=, obs=, next_obs=, action=, info=)",
+                        command=None, obs=None, next_obs=None, action=None, info=None)
         return RewardFn(fn, bool(getattr(fn, "__hdppo_vectorized__", False)), name_or_path)
     if name_or_path not in _REGISTRY and name_or_path in _builtin_modules():
         importlib.import_module(_builtin_modules()[name_or_path])

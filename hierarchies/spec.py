@@ -12,6 +12,8 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from ..envs.loading import check_signature
+from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import VecObs, VectorMultiAgentEnv, flat_dims
 from ..platform.config import Config, LayerConfig, SquadsSpec
 from ..platform.errors import ConfigError, EnvError
@@ -193,6 +195,8 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         if ":" not in src:
             raise _layer_error(spec, "observation.source", f"{src!r} is not 'env', 'state' or 'module:function'.")
         spec.obs_fn = load_object(src, f"layer {spec.name!r}, observation.source: view", ConfigError)
+        check_signature(spec.obs_fn, f"layers[{spec.index}] ({spec.name}).observation.source {src!r}",
+                        "fn(env_obs, members, env)", None, None, None)
         lane = known[0] if spec.bottom else spec.lanes[0]  # type: ignore[index]
         members = [lane] if spec.bottom else (spec.members[lane] or known)
         env_dim = int(np.asarray(spec.obs_fn(probe.raw_obs(0), members, probe.copy_env(0))).size)
@@ -210,6 +214,12 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         if ":" not in src:
             raise _layer_error(spec, "teacher.policy", f"{src!r} is not 'package.module:function'.")
         spec.teacher_fn = load_object(src, f"layer {spec.name!r}, teacher.policy: teacher", ConfigError)
+        field, kw = f"layers[{spec.index}] ({spec.name}).teacher.policy {src!r}", dict(layer.teacher.kwargs)
+        if is_vectorized_teacher(spec.teacher_fn):
+            check_signature(spec.teacher_fn, field, "fn(env=, copies=, members=, command=, **teacher.kwargs)",
+                            env=None, copies=None, members=None, command=None, **kw)
+        else:
+            check_signature(spec.teacher_fn, field, "fn(raw_obs, members, env, **teacher.kwargs)", None, None, None, **kw)
     if layer.reward.intrinsic_fn:
         # Resolved here, in the driver's probe, so that a broken reward module fails before any actor starts.
         from .intrinsic import resolve, reward_field

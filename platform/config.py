@@ -770,10 +770,13 @@ class Config(_Strict):
                                  "command space, e.g. {type: discrete, n: 4}")
             below = self.layers[i + 1]
             # A command handed to the env (to_env) reaches the layers below through the env.
-            if not below.observation.command and not below.reward.intrinsic_fn and not layer.action.to_env:
+            # Rewarded for following: a function with a weight (at weight 0 it is only charted).
+            follows = bool(below.reward.intrinsic_fn) and below.reward.intrinsic != 0.0
+            if not below.observation.command and not follows and not layer.action.to_env:
                 raise ValueError(f"{where}.action: the layer below ({below.name}) neither observes the command "
-                                 "(observation.command: false) nor is rewarded for following it; it cannot take "
-                                 "this command. Set observation.command: true on that layer")
+                                 "(observation.command: false) nor is rewarded for following it (reward.intrinsic_fn "
+                                 "with a reward.intrinsic weight other than 0); it cannot take this command. Set "
+                                 "observation.command: true on that layer")
         for i, layer in enumerate(self.layers):
             if isinstance(layer.agents, SquadsSpec):
                 seen: dict[str, str] = {}
@@ -894,6 +897,8 @@ def _explain(err: dict, given: dict[tuple, str] | None = None) -> str:
     flag = _given_at(loc, given or {})
     if flag:
         where += f" (from {flag})"
+    elif not loc and given:  # a check across fields: any of the values set may be the cause
+        where += f" (the command line set {', '.join(given.values())})"
     if err["type"] == "extra_forbidden":
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
@@ -967,6 +972,8 @@ def _given_at(loc: tuple, given: dict[tuple, str]) -> str | None:
     for path, flag in given.items():
         if loc[:len(path)] == path and (best is None or len(path) > len(best)):
             best = path
+    if best is None:  # the error is at a section above the value set (an unknown key: --set trian.seed=1)
+        best = next((path for path in given if loc and path[:len(loc)] == loc), None)
     return given[best] if best is not None else None
 
 
@@ -982,7 +989,8 @@ def validate(data: Any, source: str = "config", given: dict[tuple, str] | None =
     except ValidationError as exc:
         errors = exc.errors()
         lines = [_explain(e, given) for e in errors]
-        flagged = sum(_given_at(tuple(e["loc"]), given or {}) is not None for e in errors)
+        flagged = sum(_given_at(tuple(e["loc"]), given or {}) is not None or (not e["loc"] and bool(given))
+                      for e in errors)
         what = f"{source}, as changed on the command line," if flagged else source
         raise ConfigError(f"{what} is invalid: " + " ".join(lines)) from None
 

@@ -199,3 +199,38 @@ def test_config_files_that_are_empty_or_not_text_and_other_small_mistakes(scratc
     code, err = run(capsys, ["train", CORRIDOR, *TINY, "--set", "groups=[{layers: [strategy, strategy]}, {layers: [control]}]"])
     assert code != 0 and "layer 'strategy' is listed twice" in err
     assert not (scratch / "runs").exists()
+
+
+def test_user_functions_with_the_wrong_parameters_are_named_before_training(scratch, capsys):
+    """A reward, an observation view or a teacher that cannot take the arguments hdppo passes is a
+    config error naming the field and the call expected (it was a worker crash mid-rollout, retried,
+    then a traceback); one taking **kwargs passes."""
+    (scratch / "mods" / "hdppo_t_sigs.py").write_text(
+        "import numpy as np\n"
+        "def bad_reward(x):\n    return 0.0\n"
+        "def good_reward(command, obs, **_):\n    return 0.0\n"
+        "def bad_view(x):\n    return np.zeros(2, np.float32)\n"
+        "def bad_teacher(raw_obs):\n    return 0\n")
+    sys.modules.pop("hdppo_t_sigs", None)
+    base = ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r"]
+    code, err = run(capsys, [*base, "--set", "layers.control.reward.intrinsic_fn=hdppo_t_sigs:bad_reward"])
+    assert code == 2 and ("layers[1] (control).reward.intrinsic_fn 'hdppo_t_sigs:bad_reward': bad_reward(x) cannot "
+                          "be called as fn(command=, obs=, next_obs=, action=, info=)") in err, err
+    code, err = run(capsys, [*base, "--set", "layers.strategy.observation.source=hdppo_t_sigs:bad_view"])
+    assert code == 2 and ("layers[0] (strategy).observation.source 'hdppo_t_sigs:bad_view': bad_view(x) cannot be "
+                          "called as fn(env_obs, members, env)") in err, err
+    code, err = run(capsys, [*base, "--set", "layers.strategy.teacher={policy: 'hdppo_t_sigs:bad_teacher'}"])
+    assert code == 2 and "layers[0] (strategy).teacher.policy 'hdppo_t_sigs:bad_teacher': bad_teacher(raw_obs)" in err
+    assert not (scratch / "r").exists()
+    code, err = run(capsys, [*base, "--set", "layers.control.reward.intrinsic_fn=hdppo_t_sigs:good_reward"])
+    assert code == 0, err
+    sys.modules.pop("hdppo_t_sigs", None)
+
+
+def test_a_command_followed_only_by_a_zero_weighted_reward_is_refused(scratch, capsys):
+    """intrinsic_fn with weight 0 is charted, not a reward: a layer that neither observes the
+    command nor is paid for following it cannot take it (it was accepted, then crashed)."""
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--set", "layers.control.reward.intrinsic=0",
+                             "--set", "layers.control.observation.command=false"])
+    assert code == 2 and "the layer below (control) neither observes the command" in err
+    assert "(the command line set --set" in err and "as changed on the command line, is invalid" in err

@@ -9,8 +9,8 @@ from hdppo.platform.config import Config, json_schema, load_config, validate
 from hdppo.platform.errors import ConfigError
 
 
-def write(tmp_path: Path, text: str) -> Path:
-    p = tmp_path / "c.yaml"
+def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    p = tmp_path / name
     p.write_text(text)
     return p
 
@@ -90,6 +90,14 @@ def test_an_error_set_on_the_command_line_names_its_flag(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(p)
     assert str(err.value).startswith(f"{p} is invalid: layers[0].ppo.gamma: ")
+    # A misspelt section is named by the flag that made it; a check across fields lists the flags.
+    with pytest.raises(ConfigError, match=r"trian \(from --set trian\.seed=1\): unknown key\. Did you mean 'train'"):
+        load_config(p, ["trian.seed=1", "layers.0.ppo.gamma=0.9"])
+    two = write(tmp_path, "name: x\nenv: {id: CartPole-v1}\nlayers:\n  - name: a\n    action: {type: discrete, n: 2}\n"
+                          "  - name: b\n", name="two.yaml")
+    with pytest.raises(ConfigError, match=r"<top level> \(the command line set --set layers\.b\.period=2\): "
+                                          r"layers\[1\] \(b\)\.period"):
+        load_config(two, ["layers.b.period=2"])
 
 
 def test_defaults_come_from_the_seed_articles():
