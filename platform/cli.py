@@ -81,14 +81,21 @@ def _positive(kind: type):
     return parse
 
 
-def _run_dir_config(run_dir: Path, fix: str):
-    """The config a run dir was trained with; a clear error when the folder is not a run dir."""
+def _run_dir_config(run_dir: Path, fix: str, working_dir: str | None = None):
+    """The config a run dir was trained with; a clear error when the folder is not a run dir.
+    ``working_dir`` (--working-dir): where the run's env and reward modules are, when the run
+    was trained from that folder without naming it (its config has no ray.working_dir)."""
     from .config import load_config
-    from .errors import CheckpointError
+    from .errors import CheckpointError, ConfigError
 
     if not (run_dir / "config.yaml").is_file():
         raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). {fix}")
     cfg = load_config(run_dir / "config.yaml")
+    if working_dir is not None:
+        if not Path(working_dir).is_dir():
+            raise ConfigError(f"--working-dir {working_dir}: no such folder (a relative path starts at {os.getcwd()}); "
+                              "give the folder that holds the run's env and reward modules.")
+        use_working_dir(working_dir)
     use_working_dir(cfg.ray.working_dir)  # where the run's env and reward modules are
     return cfg
 
@@ -105,7 +112,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
         check_output(args.video)  # a format that cannot be written fails before anything is loaded
         _output_path(Path(args.video), "--video", args.overwrite)
-    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
+    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.", args.working_dir)
     ckpt = policy_checkpoint(run_dir, args.checkpoint)
     states = learner_states(load_checkpoint(ckpt))
     video, metrics = None, {}
@@ -144,7 +151,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .export import FORMATS, check_format, check_layer, export_layer
 
     run_dir = Path(args.run_dir)
-    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.")
+    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/default.", args.working_dir)
     layer = check_layer(cfg, args.layer)
     check_format(args.format)
     ckpt = policy_checkpoint(run_dir, args.checkpoint)
@@ -250,6 +257,8 @@ CHECKPOINT_HELP = ("latest (default): the last checkpoint written; best: checkpo
                    "scored best on train.eval_every's evaluations")
 WORKING_DIR_HELP = ("the folder of your env and reward modules, shipped to every node of a cluster and put on "
                     "sys.path here (sets ray.working_dir)")
+RUN_WORKING_DIR_HELP = ("the folder of the run's env and reward modules, put on sys.path (for a run trained from "
+                        "that folder without --working-dir)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -268,8 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="deterministic episodes with a run's last checkpoint")
     e.add_argument("run_dir")
-    e.add_argument("--episodes", type=_positive(int), default=10)
-    e.add_argument("--seed", type=int, default=None)
+    e.add_argument("--episodes", type=_positive(int), default=10, help="episodes to play (default 10)")
+    e.add_argument("--seed", type=int, default=None, help="the env seed of the first episodes (default: the run's "
+                   "train.seed + 999,983, games the training never saw)")
+    e.add_argument("--working-dir", metavar="DIR", help=RUN_WORKING_DIR_HELP)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--video", metavar="PATH", help="record the episodes (one env copy, headless) into PATH, .mp4 or "
                    ".gif; a hierarchy's frames show the upper layers' commands")
@@ -289,17 +300,19 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", help="model file (default RUN_DIR/export/<layer>.onnx or .pt; the JSON goes beside it)")
     x.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
     x.add_argument("--overwrite", action="store_true", help="replace the model file and its JSON if they exist")
+    x.add_argument("--working-dir", metavar="DIR", help=RUN_WORKING_DIR_HELP)
     x.set_defaults(fn=_cmd_export)
 
     c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")
     c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")
-    c.add_argument("--steps", type=_positive(int), default=200)
+    c.add_argument("--steps", type=_positive(int), default=200, help="env steps of the rollout through hdppo (default 200)")
     c.set_defaults(fn=_cmd_check_env)
 
     a = sub.add_parser("ablate", help="train a config with several worker counts; table and plot")
     a.add_argument("config")
     a.add_argument("--workers", default="1,2,4,8", help="comma-separated worker counts (default 1,2,4,8)")
-    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value for every run, as train's --set (repeatable)")
     a.add_argument("--out", help="output folder (default runs/ablate-<config name>)")
     a.set_defaults(fn=_cmd_ablate)
 

@@ -3,6 +3,7 @@ thing and the fix, a non-zero exit code, never a traceback."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -234,3 +235,26 @@ def test_a_command_followed_only_by_a_zero_weighted_reward_is_refused(scratch, c
                              "--set", "layers.control.observation.command=false"])
     assert code == 2 and "the layer below (control) neither observes the command" in err
     assert "(the command line set --set" in err and "as changed on the command line, is invalid" in err
+
+
+def test_eval_and_export_take_the_working_dir_a_run_was_trained_from(scratch, capsys):
+    """A run trained from the folder of its env module, without --working-dir, is evaluated and
+    exported from elsewhere with --working-dir naming that folder (the import error's advice)."""
+    (scratch / "hdppo_t_wd_env.py").write_text("import gymnasium\ndef make(**kw):\n    return gymnasium.make('CartPole-v1')\n")
+    sys.modules.pop("hdppo_t_wd_env", None)
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--set", "env={entry_point: 'hdppo_t_wd_env:make'}",
+                             "--run-dir", "r"])
+    assert code == 0, err
+    (scratch / "elsewhere").mkdir()
+    os.chdir(scratch / "elsewhere")
+    sys.modules.pop("hdppo_t_wd_env", None)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != scratch.resolve()]
+    code, err = run(capsys, ["eval", "../r", "--episodes", "1"])
+    assert code == 2 and "hdppo_t_wd_env" in err and "--working-dir" in err
+    code, err = run(capsys, ["eval", "../r", "--episodes", "1", "--working-dir", "nope"])
+    assert code == 2 and "--working-dir nope: no such folder" in err
+    code, err = run(capsys, ["eval", "../r", "--episodes", "1", "--working-dir", ".."])
+    assert code == 0, err
+    code, err = run(capsys, ["export", "../r", "--format", "torchscript", "--out", "m.pt", "--working-dir", ".."])
+    assert code == 0 and (scratch / "elsewhere" / "m.pt").is_file(), err
+    sys.modules.pop("hdppo_t_wd_env", None)
