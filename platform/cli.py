@@ -25,7 +25,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return _report_stop(args, summary)
     ev = (f"; deterministic eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f}"
           if "eval_return_mean" in summary else "")
-    print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s{ev}")
+    total = f" ({summary['total_s']:.0f}s with start-up and evaluation)" if "total_s" in summary else ""
+    print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s of training{total}{ev}")
     print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, summary.json, checkpoints/)")
     print(f"[hdppo] TensorBoard logs: {run_dir}/tb  ->  tensorboard --logdir {run_dir}/tb")
     return 0

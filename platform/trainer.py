@@ -446,6 +446,7 @@ class Trainer:
         return int(sum(g.env_steps for g in self.groups))
 
     def _train(self) -> dict[str, Any]:
+        t_call = time.time()
         self.setup()
         steps = self._env_steps()
         updates = max((g.counters()["updates"] for g in self.groups), default=0)
@@ -524,6 +525,9 @@ class Trainer:
             for layer in self.cfg.layers:
                 self.metrics.scalars(layer.name, steps, ev)
             summary |= {"eval_return_mean": ev[M.EVAL_RETURN_MEAN], "eval_return_std": ev[M.EVAL_RETURN_STD]}
+        # wall_s is the training loop of this call; total_s adds the start (Ray, the env probe,
+        # a resume's checkpoint) and the final evaluation, what the user waited for.
+        summary["total_s"] = time.time() - t_call
         self.metrics.close()
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary

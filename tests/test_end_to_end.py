@@ -60,6 +60,10 @@ def test_cli_train_eval_and_schema(tmp_path):
     out = run_cli("train", str(cfg), "--run-dir", str(tmp_path / "run"), "--set", "train.total_env_steps=256")
     assert out.returncode == 0, out.stderr
     assert "tensorboard --logdir" in out.stdout and "[hdppo] steps" in out.stdout  # plain lines without a TTY
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # The training loop, and what the user waited for: the start (Ray, the env probe) and the evaluation too.
+    assert 0 < summary["wall_s"] < summary["total_s"]
+    assert f"s of training ({summary['total_s']:.0f}s with start-up and evaluation)" in out.stdout
     ev = run_cli("eval", str(tmp_path / "run"), "--episodes", "3", "--json")
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout)
