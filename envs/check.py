@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from .adapters import adapt, make_multi_agent
-from .vector import GymnasiumCopies
+from .vector import GymnasiumCopies, why_outside
 from .errors import EnvError
 from .loading import call_factory, make_gym_env, resolve_entry_point
 
@@ -208,7 +208,9 @@ def _rollout(adapter, steps: int) -> int:
         for a, o in obs.items():
             space = adapter.observation_space(a)
             if not space.contains(o):
-                raise EnvError(f"env {adapter.name!r}: agent {a!r} observation at step {t} is outside its space {space}.")
+                raise EnvError(f"env {adapter.name!r}: agent {a!r} observation at step {t} is not in its space {space}: "
+                               f"{why_outside(space, o) or 'the space says no'}. Make the env return observations "
+                               "inside its declared space (dtype included), or declare the space it really produces.")
         actions = {}
         for a in adapter.acting:
             space = adapter.action_space(a)

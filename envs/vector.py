@@ -290,6 +290,42 @@ def env_actions(space: gym.Space, n: int) -> np.ndarray:
     return np.zeros((n, *space.shape), np.int64)
 
 
+def why_outside(space: gym.Space, x: Any) -> str:
+    """Why ``x`` is not in ``space``, in words: the shape, the dtype or the first value out of its
+    bounds (a Dict or Tuple: of the first entry that is not). '' when nothing specific is found."""
+    if isinstance(space, gym.spaces.Dict) and isinstance(x, dict):
+        for key, sub in space.spaces.items():
+            if key not in x:
+                return f"key {key!r} is missing"
+            if not sub.contains(x[key]):
+                return f"[{key!r}]: {why_outside(sub, x[key])}"
+        extra = sorted(set(x) - set(space.spaces))
+        return f"keys {extra} are not in the space" if extra else ""
+    if isinstance(space, gym.spaces.Tuple) and isinstance(x, (tuple, list)):
+        for k, (sub, v) in enumerate(zip(space.spaces, x)):
+            if not sub.contains(v):
+                return f"[{k}]: {why_outside(sub, v)}"
+        return f"{len(x)} entries for {len(space.spaces)}" if len(x) != len(space.spaces) else ""
+    if isinstance(space, gym.spaces.Box):
+        if not isinstance(x, np.ndarray):
+            return f"a {type(x).__name__}, not a numpy array"
+        if x.shape != space.shape:
+            return f"shape {x.shape}, the space's is {space.shape}"
+        if not np.can_cast(x.dtype, space.dtype):
+            return f"dtype {x.dtype}, the space's is {space.dtype} (cast it, e.g. obs.astype(np.{space.dtype}))"
+        low = np.broadcast_to(space.low, x.shape)
+        high = np.broadcast_to(space.high, x.shape)
+        bad = ~((x >= low) & (x <= high))
+        if bad.any():
+            i = tuple(int(k) for k in np.argwhere(bad)[0])
+            return (f"{int(bad.sum())} value(s) outside the bounds, the first at index {list(i)}: {x[i]!r} not in "
+                    f"[{low[i]!r}, {high[i]!r}]")
+        return ""
+    if isinstance(space, gym.spaces.Discrete):
+        return f"{x!r} is not one of {space.start}..{space.start + space.n - 1}"
+    return ""
+
+
 class _Checker:
     """NaN/inf on every observation, the declared space for the first steps."""
 
@@ -306,11 +342,12 @@ class _Checker:
     def contains(self, space: gym.Space, obs: Any, what: str, copy: int, agent: str | None = None) -> None:
         if self.steps < SPACE_CHECK_STEPS and not space.contains(obs):
             who = f" of agent {agent!r}" if agent is not None else ""
+            why = why_outside(space, obs) or (f"shape {getattr(obs, 'shape', None)}, dtype "
+                                              f"{getattr(obs, 'dtype', type(obs).__name__)}")
             raise EnvError(
-                f"env {self.name!r}: the observation{who} from {what} (copy {copy}) does not match the "
-                f"observation_space {space} (got shape {getattr(obs, 'shape', None)}, dtype "
-                f"{getattr(obs, 'dtype', type(obs).__name__)}). Make the env return observations inside its "
-                "declared space (dtype included), or declare the space it really produces.")
+                f"env {self.name!r}: the observation{who} from {what} (copy {copy}) is not in its "
+                f"observation_space {space}: {why}. Make the env return observations inside its declared "
+                "space (dtype included), or declare the space it really produces.")
 
     def rewards(self, rewards: np.ndarray) -> None:
         if not np.isfinite(rewards).all():

@@ -21,7 +21,7 @@ def test_check_env_cli_loads_a_config_file(capsys):
 
 
 def test_check_env_names_what_is_broken():
-    with pytest.raises(EnvError, match="does not match the observation_space"):
+    with pytest.raises(EnvError, match=r"is not in its observation_space .*: shape \(3,\), the space's is \(1,\)"):
         check_target("scripted_envs:countdown_wrong_shape", steps=10)
     with pytest.raises(EnvError, match="non-finite"):
         check_target("scripted_envs:countdown_nan", steps=10)
@@ -56,3 +56,23 @@ def test_check_env_catches_a_broken_pettingzoo_env():
 @pytest.mark.parametrize("target", ["hdppo.envs.builtin.latency:make", "hdppo.envs.builtin.ant_navigate:make"])
 def test_builtin_gymnasium_envs_pass_the_checker(target):
     assert "OK" in check_target(target, steps=5)
+
+
+def test_why_an_observation_is_outside_its_space_is_said():
+    import gymnasium as gym
+    import numpy as np
+
+    from hdppo.envs.vector import why_outside
+
+    box = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    assert why_outside(box, np.array([0.0, 3.0, 0.5], np.float32)) == \
+        "1 value(s) outside the bounds, the first at index [1]: np.float32(3.0) not in [np.float32(-1.0), np.float32(1.0)]"
+    assert why_outside(box, np.zeros(3, np.float64)).startswith("dtype float64, the space's is float32")
+    assert why_outside(box, np.zeros(2, np.float32)) == "shape (2,), the space's is (3,)"
+    assert why_outside(box, [0.0, 0.0, 0.0]) == "a list, not a numpy array"
+    assert why_outside(box, np.zeros(3, np.float32)) == ""
+    masked = gym.spaces.Dict({"observation": box, "action_mask": gym.spaces.Box(0, 1, (2,), np.int8)})
+    assert why_outside(masked, {"observation": np.full(3, 2.0, np.float32), "action_mask": np.ones(2, np.int8)}) \
+        .startswith("['observation']: 3 value(s) outside the bounds")
+    assert why_outside(masked, {"observation": np.zeros(3, np.float32)}) == "key 'action_mask' is missing"
+    assert why_outside(gym.spaces.Discrete(3), 5) == "5 is not one of 0..2"
