@@ -157,8 +157,9 @@ def _unknown_id(env_id: str) -> EnvError:
         except (ImportError, ValueError):
             module = False
         if module:
-            hint = (f" {env_id!r} is a Python module: for a PettingZoo env set env.type: pettingzoo (it calls the "
-                    "module's parallel_env or env).")
+            hint = (f" {env_id!r} is a Python module: for a PettingZoo env set env.type: pettingzoo in the config "
+                    f"(it calls the module's parallel_env or env), or name its factory, e.g. '{env_id}:env' "
+                    "(hdppo check-env takes that form too).")
     return EnvError(f"env id {env_id!r} is not registered with Gymnasium.{hint} Use a registered id "
                     "(see gymnasium.pprint_registry()) or give env.entry_point: 'package.module:factory'.")
 

@@ -76,3 +76,15 @@ def test_why_an_observation_is_outside_its_space_is_said():
         .startswith("['observation']: 3 value(s) outside the bounds")
     assert why_outside(masked, {"observation": np.zeros(3, np.float32)}) == "key 'action_mask' is missing"
     assert why_outside(gym.spaces.Discrete(3), 5) == "5 is not one of 0..2"
+
+
+def test_check_env_reports_the_envs_warnings_once_each_and_not_the_checkers_own(capsys):
+    """PettingZoo's api_test prints its progress and warns about its own deprecated helpers: the
+    report has neither, and a warning about the env comes once with its count."""
+    from hdppo.platform.cli import main
+
+    assert main(["check-env", "pettingzoo.classic.tictactoe_v3:env", "--steps", "20"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("env 'pettingzoo.classic.tictactoe_v3:env': OK")   # no "Starting API test" before it
+    assert "old environment creation API" not in out and "passed with 2 warning(s)" in out
+    assert out.count("warning: Observation numpy array is all zeros. (x2)") == 1
