@@ -203,3 +203,17 @@ def test_set_reads_e_notation_as_a_number():
     assert parse_override("name=1e5x") == ("name", "1e5x")   # text stays text
     cfg = load_config(ROOT / "configs" / "cartpole.yaml", ["train.total_env_steps=1e6"])
     assert cfg.train.total_env_steps == 1_000_000 and isinstance(cfg.train.total_env_steps, int)
+
+
+def test_the_readme_hierarchy_example_validates():
+    """README's "A hierarchy in YAML" example is what a newcomer copies first: it must be a valid
+    config (it once combined a layer-level num_envs_per_worker with a group that disagreed)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## A hierarchy in YAML", 1)[1]
+    block = section.split("```yaml", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load(block)
+    data.setdefault("name", "readme_example")
+    cfg = validate(data, source="README example")
+    assert [layer.name for layer in cfg.layers] == ["strategy", "control"]
+    assert cfg.group_dppo(["strategy", "control"]).num_envs_per_worker == 8
+    assert cfg.layers[1].schedule.start_after is None and cfg.layers[1].exploration.type == "count"
