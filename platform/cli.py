@@ -222,11 +222,34 @@ def _cmd_scale(args: argparse.Namespace) -> int:
                           f"{', '.join(groups)}.")
     if args.workers < 1:
         raise ConfigError(f"hdppo scale --workers: give at least 1 worker, not {args.workers}.")
+    from .trainer import is_training
+
+    if not is_training(run_dir):
+        sets = " ".join(f"--set {o}" for o in _worker_overrides(cfg, args.group, args.workers))
+        raise ConfigError(f"hdppo scale: no trainer is running {run_dir} now (its lock is free), and scale resizes a "
+                          f"training in progress. To continue this run with another worker count, resume it with "
+                          f"the count set: hdppo train {run_dir / 'config.yaml'} --run-dir {run_dir} --resume {sets}")
     request_scale(run_dir, args.workers, args.group)
     print(f"[hdppo] asked {run_dir} to run {'group ' + repr(args.group) if args.group else 'every group'} with "
-          f"{args.workers} workers; the trainer applies it after its current update (a run that is not training now "
-          "ignores it when it is resumed).")
+          f"{args.workers} workers; the trainer applies it after its current update.")
     return 0
+
+
+def _worker_overrides(cfg, group: str | None, workers: int) -> list[str]:
+    """The --set values that give ``group`` (layers joined by '+'; None: every group) ``workers``
+    workers: its ``groups[i].dppo`` where the group states its count there, else every layer of it
+    (the layers of a group must agree)."""
+    from .config import GroupSpec, _members
+
+    out = []
+    for names in cfg.layer_groups():
+        if group is not None and "+".join(names) != group:
+            continue
+        stated = next((i for i, g in enumerate(cfg.groups or []) if isinstance(g, GroupSpec)
+                       and set(names) <= set(_members(g)) and "num_workers" in g.dppo), None)
+        out += ([f"groups.{stated}.dppo.num_workers={workers}"] if stated is not None
+                else [f"layers.{n}.dppo.num_workers={workers}" for n in names])
+    return out
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -92,6 +92,22 @@ def lock_run_dir(run_dir: Path) -> Any:
     return f
 
 
+def is_training(run_dir: Path) -> bool:
+    """Whether a trainer holds ``run_dir``'s lock now (:func:`lock_run_dir`): the lock file exists
+    and cannot be locked. Asked without waiting; a lock taken to ask is released at once."""
+    import fcntl
+
+    path = run_dir / LOCK_FILE
+    if not path.is_file():
+        return False
+    try:
+        with open(path, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    return False
+
+
 def unlock_run_dir(lock: Any) -> None:
     if lock is not None and not lock.closed:
         lock.close()  # closing the file releases the flock

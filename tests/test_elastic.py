@@ -129,8 +129,16 @@ def test_a_scale_request_made_while_nothing_trained_is_not_applied_later(tmp_pat
             trainer.shutdown()
 
     train_to(256 * 2, quiet=True)
-    assert main(["scale", str(run_dir), "--workers", "1"]) == 0   # nothing is training it now
-    capsys.readouterr()
+    # The command refuses: nothing is training the run now; it says how to resume with the count.
+    assert main(["scale", str(run_dir), "--workers", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no trainer is running {run_dir} now" in err
+    assert f"--run-dir {run_dir} --resume --set layers.control.dppo.num_workers=1" in err
+    assert not (run_dir / "scale_request.json").exists()
+    # A request written all the same (a trainer that ended between the check and the write).
+    from hdppo.platform.elastic import request_scale
+
+    request_scale(run_dir, 1, None)
     train_to(256 * 4, resume=True)
     workers, _ = _workers_and_samples(run_dir)
     assert workers and set(workers) == {2}, workers
