@@ -144,7 +144,8 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
         torch.jit.save(torch.jit.script(model), str(out))
     doc = layout(cfg, spec, specs, slot, agents, policy, mean, std, masked)
     doc = {"format": fmt, "file": out.name, **(source or {}), "version": state.get("version"),
-           "env_steps": state.get("env_steps"), **doc}
+           "env_steps": state.get("env_steps"),
+           "env_steps_counted": "by this layer's DPPO group (groups share train.total_env_steps)", **doc}
     meta = out.with_name(out.name + ".json")
     meta.write_text(json.dumps(doc, indent=2) + "\n")
     return out, meta

@@ -160,6 +160,11 @@ def test_exported_policies_act_as_the_trained_one(runs, case, tmp_path):
         assert layout["normalization"]["folded_in"] and layout["normalization"]["clip"] == 10.0
         np.testing.assert_allclose(layout["normalization"]["mean"], norm.current.mean, rtol=1e-6)
         assert layout["checkpoint"] == latest_checkpoint(run_dir).name and layout["layer"] == layer
+        # The env steps its own group sampled (a hierarchy's groups share the run's total).
+        from hdppo.platform.checkpoint import learner_states, load_checkpoint
+
+        state = learner_states(load_checkpoint(latest_checkpoint(run_dir)))[layer]
+        assert layout["env_steps"] == state["env_steps"] and "DPPO group" in layout["env_steps_counted"]
 
         if box:  # far outside the training data: the observation clip and the action bounds both act
             wild = (raw * 50.0).astype(np.float32)
