@@ -93,10 +93,12 @@ def _run_dir_config(run_dir: Path, fix: str, working_dir: str | None = None):
         raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). {fix}")
     cfg = load_config(run_dir / "config.yaml")
     if working_dir is not None:
-        if not Path(working_dir).is_dir():
-            raise ConfigError(f"--working-dir {working_dir}: no such folder (a relative path starts at {os.getcwd()}); "
-                              "give the folder that holds the run's env and reward modules.")
-        use_working_dir(working_dir)
+        from .config import RayConfig
+
+        try:  # the check of the config's ray.working_dir
+            use_working_dir(RayConfig._working_dir(working_dir))
+        except ValueError as exc:
+            raise ConfigError(f"--working-dir {working_dir}: {exc}.") from None
     use_working_dir(cfg.ray.working_dir)  # where the run's env and reward modules are
     return cfg
 
