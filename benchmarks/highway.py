@@ -10,6 +10,8 @@ throughput grows with processes.
   scripted gap-keeping driver (its weight falling to 0 over the first half of the run); the same
   evaluation. ``--run highway_kickstart=DIR1,DIR2`` evaluates several seeds, each a row, and their
   mean with its 95% t-interval.
+- **highway_ttc**: ``configs/highway_ttc.yaml``, the flat preset with highway-env's
+  TimeToCollision grid beside the Kinematics view; the same evaluation.
 - **roundabout**: trains ``configs/highway_roundabout_hierarchy.yaml`` (tactic layer over the
   meta-actions) and reports success (exited without a crash), crash and timeout rates
   (:mod:`hdppo.envs.builtin.driving` writes them into info).
@@ -50,9 +52,9 @@ sys.path.insert(0, str(HERE))
 from common import save_files, stat, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
-CONFIGS = {"highway": "highway.yaml", "highway_kickstart": "highway_kickstart.yaml",
+CONFIGS = {"highway": "highway.yaml", "highway_kickstart": "highway_kickstart.yaml", "highway_ttc": "highway_ttc.yaml",
            "roundabout": "highway_roundabout_hierarchy.yaml"}
-FLAT = ("highway", "highway_kickstart")  # highway-fast-v0: return and crashes
+FLAT = ("highway", "highway_kickstart", "highway_ttc")  # highway-fast-v0: return and crashes
 ENV_ID = "highway_env:highway-fast-v0"
 TARGET_RETURN, TARGET_CRASH = 25.0, 0.10
 

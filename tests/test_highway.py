@@ -31,6 +31,29 @@ def test_highway_config_makes_and_steps_the_env_through_the_loader():
         env.close()
 
 
+def test_the_time_to_collision_preset_gives_the_policy_both_views_flattened():
+    """configs/highway_ttc.yaml: a Tuple of Kinematics (5 x 5) and TimeToCollision (3 x 3 x 10),
+    which hdppo's sampler flattens into one input of 115 values, the TTC grid after the vehicles."""
+    from hdppo.envs.vector import GymnasiumCopies
+
+    cfg = load_config(ROOT / "configs" / "highway_ttc.yaml")
+    make = lambda: make_gym_env(cfg.env.id, cfg.env.entry_point, cfg.env.kwargs, cfg.env.max_episode_steps)  # noqa: E731
+    env = make()
+    try:
+        space = env.observation_space
+        assert [s.shape for s in space.spaces] == [(5, 5), (3, 3, 10)]
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    pool = GymnasiumCopies(make, 1, name="highway_ttc")
+    try:
+        first = pool.reset(seed=0)
+        assert pool.obs_dim == 115 and first.obs.shape == (1, 1, 115)
+        np.testing.assert_allclose(first.obs[0, 0, 25:], np.asarray(obs[1], np.float32).ravel())
+    finally:
+        pool.close()
+
+
 def test_a_misspelt_highway_id_names_the_right_one():
     with pytest.raises(EnvError, match="highway-fast-v0"):
         make_gym_env("highway_env:highway-fastt-v0")
