@@ -558,11 +558,17 @@ class Trainer:
         if not self.run_dir.is_dir():
             return
         if self._created and not self._checkpointed and not holds_results(self.run_dir):
+            for p in self.run_dir.iterdir():   # only what this run wrote (holds_results said so)
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
             if not getattr(self, "_folder_made", True):
-                for p in self.run_dir.iterdir():   # only what this run wrote (holds_results said so)
-                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-                return
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+                return  # the user's own empty folder stays
+            try:
+                self.run_dir.rmdir()
+            except OSError:
+                return  # something it could not remove: the folder stays with it
             for parent in getattr(self, "_parents_made", []):  # deepest first; only while empty
                 try:
                     parent.rmdir()
