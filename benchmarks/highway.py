@@ -12,6 +12,10 @@ throughput grows with processes.
   mean with its 95% t-interval.
 - **highway_ttc**: ``configs/highway_ttc.yaml``, the flat preset with highway-env's
   TimeToCollision grid beside the Kinematics view; the same evaluation.
+- **highway_shield**: ``configs/highway_shield.yaml``, the time-to-collision preset behind a
+  safety shield that masks the meta-actions its gap prediction finds unsafe
+  (:func:`hdppo.envs.builtin.driving.safe_actions`); the same evaluation. The scripted rows
+  ``faster_shield`` and ``random_shield`` drive behind the same shield without learning.
 - **roundabout**: trains ``configs/highway_roundabout_hierarchy.yaml`` (tactic layer over the
   meta-actions) and reports success (exited without a crash), crash and timeout rates
   (:mod:`hdppo.envs.builtin.driving` writes them into info).
@@ -53,8 +57,8 @@ from common import save_files, stat, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 CONFIGS = {"highway": "highway.yaml", "highway_kickstart": "highway_kickstart.yaml", "highway_ttc": "highway_ttc.yaml",
-           "roundabout": "highway_roundabout_hierarchy.yaml"}
-FLAT = ("highway", "highway_kickstart", "highway_ttc")  # highway-fast-v0: return and crashes
+           "highway_shield": "highway_shield.yaml", "roundabout": "highway_roundabout_hierarchy.yaml"}
+FLAT = ("highway", "highway_kickstart", "highway_ttc", "highway_shield")  # highway-fast-v0: return and crashes
 ENV_ID = "highway_env:highway-fast-v0"
 TARGET_RETURN, TARGET_CRASH = 25.0, 0.10
 
@@ -110,12 +114,23 @@ SCRIPTED = ("idle", "random")   # always IDLE (keep lane and speed); uniformly r
 GAP_DRIVERS = {"gap": {}, "gap_0.6s": {"headway": 0.6, "ttc": 3.0},
                "gap_0.5s": {"headway": 0.5, "ttc": 2.0, "rear_headway": 0.3},
                "gap_escape": {"escape": True}}
+# Behind the preset's safety shield (configs/highway_shield.yaml): always the first allowed of
+# FASTER, IDLE, LANE_LEFT, LANE_RIGHT, SLOWER; or uniformly among the allowed. What the shield
+# gives without learning.
+SHIELDED = {"faster_shield": (3, 1, 0, 2, 4), "random_shield": None}
 LOOKAHEAD_DEPTH, LOOKAHEAD_CRASH = 3, -10.0  # the oracle: decisions it looks ahead, what a crash counts
 SCRIPTED_ENVS = {"highway": "highway-fast-v0", "roundabout": "roundabout-v1"}
 
 
 def scripted_policies(env_id: str) -> tuple[str, ...]:
-    return SCRIPTED + ((*GAP_DRIVERS, "lookahead") if env_id.startswith("highway") else ())
+    return SCRIPTED + ((*GAP_DRIVERS, *SHIELDED, "lookahead") if env_id.startswith("highway") else ())
+
+
+def shield_options() -> dict:
+    """The shield settings of ``configs/highway_shield.yaml`` (the scripted rows use the preset's)."""
+    from hdppo.platform.config import load_config
+
+    return load_config(ROOT / "configs" / CONFIGS["highway_shield"]).env.kwargs["shield"]
 
 
 def lookahead_action(env: Any, depth: int = LOOKAHEAD_DEPTH) -> int:
@@ -149,26 +164,31 @@ def scripted_run(env_id: str, policy: str, episodes: int, seed: int) -> dict:
     """A no-learning baseline over ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...): the
     env through :mod:`hdppo.envs.builtin.driving` (its outcome in info), the meta-action chosen by
     ``policy``: ``idle`` always IDLE, ``random`` uniformly at random, ``gap*`` the gap-keeping
-    driver with :data:`GAP_DRIVERS`' settings, ``lookahead`` :func:`lookahead_action`."""
+    driver with :data:`GAP_DRIVERS`' settings, ``lookahead`` :func:`lookahead_action`,
+    ``*_shield`` a choice among the actions the preset's safety shield allows (:data:`SHIELDED`)."""
     from hdppo.envs.builtin.driving import gap_keeping_action, make
 
-    env = make(env_id=env_id)
+    env = make(env_id=env_id, shield=shield_options() if policy in SHIELDED else False)
     rng = np.random.default_rng(seed)
     idle = 1  # DiscreteMetaAction: 0 LANE_LEFT, 1 IDLE, 2 LANE_RIGHT, 3 FASTER, 4 SLOWER
     rets, lens, ends = [], [], []
     speeds, right = [], []  # per decision: the ego's speed, and whether it is in (or bound for) the rightmost lane
     try:
         for ep in range(episodes):
-            env.reset(seed=seed + ep)
+            obs, _ = env.reset(seed=seed + ep)
             done, ret, n, info = False, 0.0, 0, {}
             while not done:
-                if policy == "lookahead":
+                if policy in SHIELDED:
+                    allowed = np.flatnonzero(obs["action_mask"])
+                    order = SHIELDED[policy]
+                    a = int(rng.choice(allowed)) if order is None else next(x for x in order if x in allowed)
+                elif policy == "lookahead":
                     a = lookahead_action(env)
                 elif policy in GAP_DRIVERS:
                     a = gap_keeping_action(env, **GAP_DRIVERS[policy])
                 else:
                     a = idle if policy == "idle" else int(rng.integers(env.action_space.n))
-                _, r, te, tr, info = env.step(a)
+                obs, r, te, tr, info = env.step(a)
                 ret, n, done = ret + float(r), n + 1, te or tr
                 ego = env.unwrapped.vehicle
                 speeds.append(float(ego.speed))
@@ -271,7 +291,7 @@ def render_markdown(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default=None, help="comma list of: highway, highway_kickstart, roundabout, scripted, throughput")
+    p.add_argument("--only", default=None, help="comma list of: highway, highway_kickstart, highway_ttc, highway_shield, roundabout, scripted, throughput")
     p.add_argument("--run", action="append", default=[], metavar="NAME=DIR[,DIR...]",
                    help="evaluate these run dirs (one per seed) instead of training NAME")
     p.add_argument("--env-steps", type=int, default=100_000, help="training env steps per config")

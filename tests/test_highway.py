@@ -360,3 +360,93 @@ def test_highway_table_gives_each_seed_and_their_mean():
     assert "highway: met; highway_kickstart: **not met**" in md  # 30% crashes on the mean
     md = H.render_markdown({"machine": {}, "command": "t", "trained": {"highway": run("flat", 26.0, 5)}})
     assert "highway: **not met**" in md  # past the 1e5 env-step budget
+
+
+# -- the safety shield (configs/highway_shield.yaml) -----------------------------------------------
+
+def test_shield_masks_the_moves_that_would_collide_and_always_leaves_one():
+    from hdppo.envs.builtin.driving import FASTER, IDLE, LANE_LEFT, LANE_RIGHT, SLOWER, clearance, safe_actions
+
+    env, sim, ego = _lone_ego(lane_id=1)
+    try:
+        assert safe_actions(env).tolist() == [1, 1, 1, 1, 1]          # an empty road
+        _car(sim, 1, ahead=100.0, speed=15.0)                         # a wall, far: nothing to do yet
+        assert safe_actions(env).tolist() == [1, 1, 1, 1, 1]
+    finally:
+        env.close()
+    env, sim, ego = _lone_ego(lane_id=1)
+    try:
+        _car(sim, 1, ahead=30.0, speed=15.0)   # the same wall 30 m ahead: braking to 20 m/s cannot stay behind it
+        gaps = [clearance(env, a) for a in range(5)]
+        assert gaps[FASTER] < gaps[IDLE] < gaps[SLOWER] < 2.0 < min(gaps[LANE_LEFT], gaps[LANE_RIGHT]), gaps
+        assert safe_actions(env).tolist() == [1, 0, 1, 0, 0]
+        _car(sim, 2, ahead=-10.0, speed=30.0)  # a fast car 5 m behind in the right lane
+        assert safe_actions(env).tolist() == [1, 0, 0, 0, 0]
+        _car(sim, 0, ahead=0.0, speed=25.0)    # and one beside on the left: nothing is safe
+        mask = safe_actions(env)
+        gaps = np.array([clearance(env, a) for a in range(5)])
+        assert mask.sum() >= 1 and (gaps < 2.0).all() and set(np.flatnonzero(mask)) == set(np.flatnonzero(gaps == gaps.max()))
+    finally:
+        env.close()
+    env, sim, ego = _lone_ego(lane_id=1)
+    try:
+        _car(sim, 1, ahead=-8.0, speed=30.0)   # a fast car behind in the ego's own lane brakes for it: no mask
+        assert safe_actions(env).tolist() == [1, 1, 1, 1, 1]
+    finally:
+        env.close()
+
+
+def test_shield_keeps_always_faster_alive_where_it_crashes_without():
+    """Always FASTER (30 m/s into 20 m/s traffic) crashes within seconds on these seeds; behind
+    the shield, the same preference (FASTER, else IDLE, a lane change, SLOWER) drives all 30 s."""
+    from hdppo.envs.builtin.driving import make
+
+    for seed in (0, 2, 3):
+        for shield in (False, {"margin": 2.0}):
+            env = make("highway-fast-v0", shield=shield)
+            try:
+                obs, _ = env.reset(seed=seed)
+                done, steps, info = False, 0, {}
+                while not done:
+                    a = 3 if not shield else next(x for x in (3, 1, 0, 2, 4) if obs["action_mask"][x])
+                    obs, _, term, trunc, info = env.step(a)
+                    done, steps = term or trunc, steps + 1
+                    assert not shield or info["shield_masked"] in (0.0, 1.0, 2.0, 3.0, 4.0)
+            finally:
+                env.close()
+            assert bool(info["crashed"]) == (not shield) and (steps == 30) == bool(shield), (seed, shield, steps)
+
+
+def test_shield_preset_feeds_the_mask_to_the_policy():
+    """configs/highway_shield.yaml: the env through hdppo's loader gives {observation, action_mask};
+    the sampler flattens the two views (115 values) and carries the mask apart from them."""
+    from hdppo.envs.vector import make_vector_env
+
+    cfg = load_config(ROOT / "configs" / "highway_shield.yaml")
+    assert cfg.env.kwargs["shield"] == {"margin": 2.0} and cfg.layers[0].ppo.gamma == 0.95
+    make = lambda: make_gym_env(cfg.env.id, cfg.env.entry_point, cfg.env.kwargs, cfg.env.max_episode_steps)  # noqa: E731
+    env = make()
+    try:
+        assert set(env.observation_space.spaces) == {"observation", "action_mask"}
+        obs, info = env.reset(seed=0)
+        assert obs["action_mask"].shape == (5,) and info["shield_masked"] == 5 - obs["action_mask"].sum()
+    finally:
+        env.close()
+    pool = make_vector_env(cfg.env.type, cfg.env.id, cfg.env.entry_point, cfg.env.kwargs, cfg.env.max_episode_steps, 1)
+    try:
+        first = pool.reset(seed=0)
+        assert pool.obs_dim == 115 and first.obs.shape == (1, 1, 115)
+        np.testing.assert_array_equal(first.masks[0, 0], obs["action_mask"])  # same seed, same first state
+    finally:
+        pool.close()
+
+
+def test_shield_arguments_are_checked():
+    from hdppo.envs.builtin.driving import make
+
+    with pytest.raises(EnvError, match="straight highways.*roundabout-v1"):
+        make("roundabout-v1", shield=True)
+    with pytest.raises(EnvError, match="margn.*margin"):
+        make("highway-fast-v0", shield={"margn": 2.0})
+    with pytest.raises(EnvError, match=r"shield.horizon=-1"):
+        make("highway-fast-v0", shield={"horizon": -1})

@@ -51,7 +51,8 @@ import numpy as np
 from ..errors import EnvError
 from ..rewards import register_reward
 
-__all__ = ["RING", "TACTICS", "DrivingOutcome", "follow_tactic", "gap_keeping_action", "gap_teacher", "make"]
+__all__ = ["RING", "TACTICS", "DrivingOutcome", "SafetyShield", "clearance", "follow_tactic", "gap_keeping_action",
+           "gap_teacher", "make", "safe_actions"]
 
 # The roundabout's ring, as highway-env builds it (roundabout_env._make_road): eight arcs, two
 # lanes each (lane 0 radius 20 m, lane 1 radius 24 m).
@@ -101,6 +102,8 @@ class DrivingOutcome(gym.Wrapper):
 
 # DiscreteMetaAction's indices.
 LANE_LEFT, IDLE, LANE_RIGHT, FASTER, SLOWER = range(5)
+# The straight highways, where the shield's gap prediction (along x) holds.
+STRAIGHT = ("highway-v0", "highway-fast-v0")
 
 
 def _simulator(env: Any) -> Any:
@@ -199,6 +202,119 @@ def gap_keeping_action(env: Any, headway: float = 1.0, ttc: float = 5.0, rear_he
     return IDLE
 
 
+# The ego's speed controller (highway-env's ControlledVehicle.TAU_ACC): speed closes on the target
+# speed with this time constant.
+SPEED_TAU = 0.6
+
+
+def _ego_x(x0: float, v0: float, v_target: float, t: np.ndarray | float) -> np.ndarray:
+    """The ego's position after ``t`` s closing from ``v0`` on ``v_target`` (first-order speed)."""
+    return x0 + v_target * t + (v0 - v_target) * SPEED_TAU * (1.0 - np.exp(-np.asarray(t) / SPEED_TAU))
+
+
+def clearance(env: Any, action: int, horizon: float = 3.0, wall_horizon: float = 6.0, change_time: float = 1.2,
+              rear_horizon: float = 1.5, brake_time: float = 1.0, dt: float = 0.1) -> float:
+    """The smallest bumper-to-bumper gap (m; negative: a collision) the ego keeps over the next
+    ``horizon`` s if it takes meta-action ``action`` now and SLOWER at every later decision (one
+    target speed down a second, the hardest the meta-actions brake), on a straight highway.
+
+    Other vehicles keep their speed, except that a braking leader keeps braking for
+    ``brake_time`` s. A leader that will be slower than the ego's lowest target speed is a wall
+    (SLOWER does nothing below 20 m/s on highway-fast): it is watched for ``wall_horizon`` s, so
+    the lane is left while there is still time. During a lane change (``change_time`` s) the ego
+    counts in both lanes; vehicles behind it count only in a lane it moves into, for
+    ``rear_horizon`` s (in its own lane they brake for it)."""
+    sim = _simulator(env)
+    ego = sim.vehicle
+    speeds = np.asarray(ego.target_speeds, float)
+    v0, x0 = float(ego.speed), float(ego.position[0])
+    lane = ego.target_lane_index
+    sides = {side[2]: side for side in sim.road.network.side_lanes(lane)}
+    index = int(np.argmin(np.abs(speeds - v0)))  # as DiscreteMetaAction does (speed_to_index)
+    target = lane
+    if action == FASTER:
+        index = min(index + 1, len(speeds) - 1)
+    elif action == SLOWER:
+        index = max(index - 1, 0)
+    elif action in (LANE_LEFT, LANE_RIGHT):
+        target = sides.get(lane[2] + (1 if action == LANE_RIGHT else -1), lane)
+    elif action == IDLE:
+        index = int(np.argmin(np.abs(speeds - float(ego.target_speed))))
+    end = max(horizon, wall_horizon)
+    t = np.arange(dt, end + 1e-9, dt)
+    xe = np.empty_like(t)
+    x, v, start = x0, v0, 0.0
+    while start < end - 1e-9:  # one decision a second: the action, then SLOWER
+        vt = speeds[index]
+        seg = (t > start + 1e-9) & (t <= start + 1.0 + 1e-9)
+        xe[seg] = _ego_x(x, v, vt, t[seg] - start)
+        x, v = float(_ego_x(x, v, vt, 1.0)), vt + (v - vt) * np.exp(-1.0 / SPEED_TAU)
+        index, start = max(index - 1, 0), start + 1.0
+    lanes = {lane: np.ones_like(t, bool)}
+    if target != lane:
+        lanes[lane] = t <= change_time
+        lanes[target] = np.ones_like(t, bool)
+    if ego.lane_index not in lanes:  # still crossing into ``lane`` from an earlier change
+        lanes[ego.lane_index] = t <= change_time
+    worst = np.inf
+    for each, when in lanes.items():
+        front, rear = sim.road.neighbour_vehicles(ego, each)
+        if front is not None:
+            a = min(float(getattr(front, "action", {}).get("acceleration", 0.0)), 0.0)
+            a = max(a, -float(front.speed) / brake_time)
+            tb = np.minimum(t, brake_time)
+            gap = front.position[0] + front.speed * t + a * tb * (t - 0.5 * tb) - xe - ego.LENGTH
+            wall = front.speed + a * brake_time < speeds[0] - 0.3
+            seen = when & (t <= (wall_horizon if wall else horizon) + 1e-9)
+            worst = min(worst, float(gap[seen].min()))
+        if rear is not None and each != ego.lane_index:
+            seen = when & (t <= rear_horizon + 1e-9)
+            if seen.any():
+                gap = xe - (rear.position[0] + rear.speed * t) - ego.LENGTH
+                worst = min(worst, float(gap[seen].min()))
+    return worst
+
+
+def safe_actions(env: Any, margin: float = 2.0, **kwargs: float) -> np.ndarray:
+    """The action mask of a safety shield over the five meta-actions (1 allowed): those whose
+    :func:`clearance` stays at least ``margin`` m; when none does, the ones with the largest
+    clearance (the least bad), so that a move is always left."""
+    gaps = np.array([clearance(env, action, **kwargs) for action in range(5)])
+    allowed = gaps >= margin
+    if not allowed.any():
+        allowed = gaps >= gaps.max() - 1e-6
+    return allowed.astype(np.int8)
+
+
+class SafetyShield(gym.Wrapper):
+    """Masks the meta-actions that :func:`safe_actions` finds unsafe: the observation becomes
+    ``{"observation": <the env's>, "action_mask": MultiBinary(5)}`` (hdppo's mask convention), so
+    the policy chooses, and learns, among the safe actions only; the env, its dynamics and its
+    reward are untouched. ``info["shield_masked"]`` counts the actions masked at the step."""
+
+    def __init__(self, env: gym.Env, **kwargs: float):
+        super().__init__(env)
+        if not isinstance(env.action_space, gym.spaces.Discrete) or env.action_space.n != 5:
+            raise EnvError(f"driving: shield needs highway-env's DiscreteMetaAction (Discrete(5)); this env's action "
+                           f"space is {env.action_space}. Leave action.type at its default (DiscreteMetaAction).")
+        self.shield = dict(kwargs)
+        self.observation_space = gym.spaces.Dict({"observation": env.observation_space,
+                                                  "action_mask": gym.spaces.MultiBinary(5)})
+
+    def _wrap(self, obs: Any, info: dict) -> tuple[dict, dict]:
+        mask = safe_actions(self.env, **self.shield)
+        return {"observation": obs, "action_mask": mask}, dict(info, shield_masked=float(5 - int(mask.sum())))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._wrap(obs, info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self._wrap(obs, info)
+        return obs, reward, terminated, truncated, info
+
+
 def gap_teacher(raw_obs: dict, members: list[str], env: Any = None, **kwargs: float) -> int:
     """``teacher.policy`` for a flat highway layer: :func:`gap_keeping_action` on the copy's env."""
     if env is None:
@@ -219,10 +335,12 @@ def follow_tactic(command: np.ndarray, info: dict, **_) -> float:
 
 
 def make(env_id: str = "roundabout-v1", config: dict[str, Any] | None = None, exit_reward: float = 0.0,
-         render_mode: str | None = None) -> gym.Env:
+         render_mode: str | None = None, shield: bool | dict[str, float] = False) -> gym.Env:
     """A highway-env env wrapped in :class:`DrivingOutcome`; ``config`` overrides highway-env's
     own config keys (``duration``, ``vehicles_count``, ...); ``exit_reward`` is paid once, on the
-    step the ego reaches its exit."""
+    step the ego reaches its exit; ``shield`` (``true``, or a dict of :func:`safe_actions`'
+    arguments, e.g. ``{margin: 2.0}``) masks the meta-actions a :class:`SafetyShield` finds
+    unsafe (straight highways only: ``highway-v0``, ``highway-fast-v0``)."""
     try:
         import highway_env  # noqa: F401  (registers the ids)
     except ImportError as exc:
@@ -234,5 +352,27 @@ def make(env_id: str = "roundabout-v1", config: dict[str, Any] | None = None, ex
         raise EnvError(f"driving: env_id={env_id!r} is not a highway-env id. Use one of {', '.join(ids)}.")
     if not np.isfinite(exit_reward):
         raise EnvError(f"driving: exit_reward={exit_reward!r} must be a finite number (0 turns it off).")
+    options = _shield_options(env_id, shield)
     env = gym.make(full, config=dict(config or {}), render_mode=render_mode)
-    return DrivingOutcome(env, exit_reward=exit_reward)
+    env = DrivingOutcome(env, exit_reward=exit_reward)
+    return SafetyShield(env, **options) if options is not None else env
+
+
+def _shield_options(env_id: str, shield: Any) -> dict[str, float] | None:
+    """``make``'s ``shield`` argument checked: None (off), or the keyword arguments of :func:`safe_actions`."""
+    if shield is False or shield is None:
+        return None
+    if env_id.split(":")[-1] not in STRAIGHT:
+        raise EnvError(f"driving: shield is for the straight highways ({', '.join(STRAIGHT)}); env_id={env_id!r} "
+                       "has curved or crossing roads its gap prediction does not model. Remove shield.")
+    if shield is True:
+        return {}
+    known = {"margin", "horizon", "wall_horizon", "change_time", "rear_horizon", "brake_time", "dt"}
+    if not isinstance(shield, dict) or set(shield) - known:
+        raise EnvError(f"driving: shield={shield!r} must be true or a dict with some of {', '.join(sorted(known))} "
+                       "(seconds, and margin in metres).")
+    for key, value in shield.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value) or (
+                value <= 0 and key != "margin"):
+            raise EnvError(f"driving: shield.{key}={value!r} must be a finite number (> 0 but for margin).")
+    return {key: float(value) for key, value in shield.items()}
