@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .adapters import adapt, make_multi_agent
-from .vector import GymnasiumCopies, why_outside
+from .adapters import GymnasiumAdapter, adapt, make_multi_agent
+from .vector import AdapterCopies, GymnasiumCopies, why_outside
 from .errors import EnvError
 from .loading import call_factory, make_gym_env, resolve_entry_point
 
@@ -137,16 +137,28 @@ def check_target(target: Any, steps: int = 200) -> str:
     env, kind, name, _ = _make(target)  # the checker consumed the first copy
     if kind == "gymnasium":
         env.close()
-        pool = GymnasiumCopies(lambda: _make(target)[0], 2, name=name)
-        pool.reset(seed=0)
+        masked = isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
+        # Through the copies training uses: a masked observation goes through the adapter, which
+        # keeps the mask apart from the policy's input (vector.make_vector_env).
+        pool = (AdapterCopies(lambda: GymnasiumAdapter(_make(target)[0], name), 2, name) if masked
+                else GymnasiumCopies(lambda: _make(target)[0], 2, name=name))
+        now = pool.reset(seed=0)
         space = pool.action_space(pool.agents[0])
         space.seed(0)
+        rng = np.random.default_rng(0)
         episodes = 0
         for _ in range(steps):
-            actions = np.stack([np.asarray(space.sample()) for _ in range(pool.num_envs)])[:, None]
-            episodes += len(pool.step(actions).episodes)
+            if masked and now.masks is not None:  # random among the legal actions, as a masked policy plays
+                actions = np.array([[int(rng.choice(np.flatnonzero(row[0] > 0))) if (row[0] > 0).any() else 0]
+                                    for row in now.masks])
+            else:
+                actions = np.stack([np.asarray(space.sample()) for _ in range(pool.num_envs)])[:, None]
+            now = pool.step(actions)
+            episodes += len(now.episodes)
         pool.close()
-        spaces = [f"  observation_space: {pool.observation_space(pool.agents[0])} (flattened to {pool.obs_dim})",
+        seen = (f"the policy sees {pool.obs_dim} values; the action_mask ({pool.mask_dim}) masks its logits"
+                if masked else f"flattened to {pool.obs_dim}")
+        spaces = [f"  observation_space: {pool.observation_space(pool.agents[0])} ({seen})",
                   f"  action_space:      {space}"]
     else:
         adapter = adapt(env, name, "rllib" if _is_rllib(env) else "pettingzoo")

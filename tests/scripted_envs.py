@@ -340,3 +340,36 @@ class ScoredCountdown(CountdownEnv):
 
 def scored_countdown(**kwargs):
     return ScoredCountdown(terminate_at=kwargs.pop("terminate_at", 5), **kwargs)
+
+
+class StrictMaskedEnv(gym.Env):
+    """One legal action of three at each step (``t % 3``), said by an ``action_mask`` beside a
+    2-value observation; an illegal action raises, as many dispatching envs do."""
+
+    metadata = {"name": "strict_masked"}
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Dict({"observation": gym.spaces.Box(-1.0, 10.0, (2,), np.float32),
+                                                  "action_mask": gym.spaces.MultiBinary(3)})
+        self.action_space = gym.spaces.Discrete(3)
+        self.t = 0
+
+    def _obs(self):
+        mask = np.zeros(3, np.int8)
+        mask[self.t % 3] = 1
+        return {"observation": np.array([self.t, -1.0], np.float32), "action_mask": mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if int(action) != self.t % 3:
+            raise ValueError(f"illegal action {action} at t={self.t}")
+        self.t += 1
+        return self._obs(), 1.0, self.t >= 5, False, {}
+
+
+def strict_masked():
+    return StrictMaskedEnv()

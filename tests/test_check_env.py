@@ -88,3 +88,11 @@ def test_check_env_reports_the_envs_warnings_once_each_and_not_the_checkers_own(
     assert out.startswith("env 'pettingzoo.classic.tictactoe_v3:env': OK")   # no "Starting API test" before it
     assert "old environment creation API" not in out and "passed with 2 warning(s)" in out
     assert out.count("warning: Observation numpy array is all zeros. (x2)") == 1
+
+
+def test_check_env_plays_a_masked_gymnasium_env_as_training_does():
+    """An ``{observation, action_mask}`` Gymnasium env: the report gives the policy's input size
+    without the mask, and the rollout plays legal actions only (this env raises on any other)."""
+    out = check_target("scripted_envs:strict_masked", steps=40)
+    assert "the policy sees 2 values; the action_mask (3) masks its logits" in out
+    assert "16 episodes ended" in out   # 2 copies x 40 steps, 5 steps an episode
