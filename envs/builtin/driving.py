@@ -17,7 +17,8 @@ command-following reward needs (the ego's ring lane and speed).
 | episode metrics | ``is_success``, ``crash``, ``timeout`` (``metadata["episode_metrics"]``) |
 | info | highway-env's (``speed``, ``crashed``, ``rewards``) plus ``lane`` (the ego's lane index in its road segment; on the ring 0 is the inner lane, 1 the outer), ``on_ring`` (1 on the ring), ``exited`` (1 once the ego reached its exit), ``is_success`` (exited without a crash), ``crash`` (1/0), ``timeout`` (1 where the episode ran out of time without success or crash) |
 | episode | the env's: ends on a crash; truncated after ``duration`` (roundabout: 11 s) |
-| arguments | ``env_id="roundabout-v1"`` (any highway-env id), ``config=None`` (a dict of highway-env config overrides), ``exit_reward=0.0`` (paid once on reaching the exit), ``render_mode=None`` (or ``"rgb_array"``) |
+| arguments | ``env_id="roundabout-v1"`` (any highway-env id), ``config=None`` (a dict of highway-env config overrides), ``exit_reward=0.0`` (paid once on reaching the exit), ``render_mode=None`` (or ``"rgb_array"``), ``shield=False`` (``true`` or a dict of :func:`safe_actions` arguments: mask unsafe meta-actions; straight highways only) |
+| with ``shield`` | observation ``Dict(observation=<the env's>, action_mask=MultiBinary(5))``; ``info["shield_masked"]`` the number of meta-actions masked at the step |
 | factory | ``make(**kwargs)`` (``env.entry_point: hdppo.envs.builtin.driving:make``) |
 
 **For a hierarchy**: an upper layer chooses every few seconds a *tactic*, ``Discrete(4)`` =
@@ -34,6 +35,15 @@ where SLOWER can do no more) as a wall: it leaves that lane as soon as a neighbo
 close to the wall with bumper margins only (half the crashes: ``benchmarks/results/highway_escape.md``).
 :func:`gap_teacher` is the same rule as a ``teacher.policy`` (kickstarting,
 ``configs/highway_kickstart.yaml``), and ``benchmarks/highway.py`` runs it as a no-learning baseline.
+
+**A safety shield** for the straight highways (``configs/highway_shield.yaml``):
+:func:`clearance` predicts, for each meta-action, the smallest bumper-to-bumper gap over the next
+3 s if the ego takes it now and then brakes as hard as the meta-actions can (SLOWER each second;
+they cannot go below 20 m/s on highway-fast, so a slower leader is a wall, watched for 6 s), the
+other vehicles at constant speed (a braking leader braking on for 1 s). :class:`SafetyShield`
+masks the actions that come within ``margin`` (2 m) and always leaves the least bad one; the
+policy learns among the rest. It reads the simulator, as :func:`gap_keeping_action` does: a
+driver-assistance layer under the policy, not part of what the policy observes.
 
 **Why ``exit_reward``**: roundabout-v1 pays 0.83 a step for the slowest speed and 1.0 for the
 fastest, and nothing for reaching the exit, while a crash ends the episode. Driving slowly round
