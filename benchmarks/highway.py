@@ -82,17 +82,28 @@ def training_rate(run_dir: Path) -> float | None:
     return round(float(np.mean(vals)), 1) if vals else None
 
 
-def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int) -> dict:
-    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+def _env_steps(state: dict) -> int:
+    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+
+
+def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int, within: int | None = None) -> dict:
+    """The run's last checkpoint (or, with ``within``, its last one trained on at most that many
+    env steps: the target counts 1e5, and a run of 512-step updates ends at 100,352) over
+    ``episodes`` deterministic episodes."""
+    from hdppo.platform.checkpoint import learner_states, list_checkpoints, load_checkpoint
     from hdppo.platform.config import load_config
     from hdppo.platform.evaluation import evaluate_episodes
 
     cfg = load_config(run_dir / "config.yaml")
-    last = latest_checkpoint(run_dir)
-    if last is None:
-        raise RuntimeError(f"{run_dir}: no checkpoint")
-    state = load_checkpoint(last)
-    steps = int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+    last, state = None, None
+    for path in reversed(list_checkpoints(run_dir)):
+        state = load_checkpoint(path)
+        if within is None or _env_steps(state) <= within:
+            last = path
+            break
+    if last is None or state is None:
+        raise RuntimeError(f"{run_dir}: no checkpoint" + (f" within {within:,} env steps" if within else ""))
+    steps = _env_steps(state)
     t0 = time.perf_counter()
     eps = evaluate_episodes(cfg, learner_states(state), episodes, seed=seed, num_envs=4)
     infos = [next(iter(e.infos.values())) for e in eps]
@@ -298,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=50, help="deterministic evaluation episodes per policy")
     p.add_argument("--seconds", type=float, default=20.0, help="throughput: seconds per process count")
     p.add_argument("--seed", type=int, default=777)
+    p.add_argument("--within", type=int, default=None, metavar="ENV_STEPS",
+                   help="evaluate each run's last checkpoint trained on at most ENV_STEPS env steps (default: its last)")
     p.add_argument("--policies", default=None, help="scripted: comma list of policies to run (default all)")
     p.add_argument("--lookahead-episodes", type=int, default=20, help="scripted: episodes of the (slow) lookahead oracle")
     p.add_argument("--set", action="append", default=[], dest="overrides")
@@ -324,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if name not in given:
                     train(name, args.env_steps, run_dir, args.overrides)
-                rows.append(evaluate_run(name, run_dir, args.episodes, args.seed))
+                rows.append(evaluate_run(name, run_dir, args.episodes, args.seed, args.within))
             except Exception as exc:  # a failed row is reported, the others still run
                 rows.append({"run_dir": str(run_dir), "error": f"{type(exc).__name__}: {exc}"})
         report["trained"][name] = rows if len(rows) > 1 else rows[0]

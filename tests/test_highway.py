@@ -450,3 +450,25 @@ def test_shield_arguments_are_checked():
         make("highway-fast-v0", shield={"margn": 2.0})
     with pytest.raises(EnvError, match=r"shield.horizon=-1"):
         make("highway-fast-v0", shield={"horizon": -1})
+
+
+def test_shield_preset_trains_and_the_benchmark_evaluates_the_checkpoint_within_a_budget(tmp_path):
+    """The shielded preset, shrunk, trains through hdppo (masks and all); benchmarks/highway.py's
+    ``within`` picks the last checkpoint trained on at most that many env steps, not the last."""
+    import sys
+
+    from hdppo.platform.trainer import Trainer
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import highway as H
+
+    cfg = load_config(ROOT / "configs" / "highway_shield.yaml",
+                      ["ray.backend=local", "train.total_env_steps=128", "train.eval_episodes=0", "train.checkpoint_every=1",
+                       "layers.0.dppo.num_workers=1", "layers.0.dppo.train_batch_size=64", "layers.0.ppo.num_epochs=1"])
+    Trainer(cfg, tmp_path / "run", quiet=True).train()
+    last = H.evaluate_run("highway_shield", tmp_path / "run", 1, seed=0)
+    early = H.evaluate_run("highway_shield", tmp_path / "run", 1, seed=0, within=100)
+    assert last["env_steps"] == 128 and early["env_steps"] == 64 and early["checkpoint"] != last["checkpoint"]
+    assert 0.0 <= early["crash"]["rate"] <= 1.0 and early["episodes"] == 1
+    with pytest.raises(RuntimeError, match="within 10 env steps"):
+        H.evaluate_run("highway_shield", tmp_path / "run", 1, seed=0, within=10)
