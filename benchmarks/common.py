@@ -410,10 +410,9 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
 
 def checkpoint_steps(checkpoint: Path) -> int:
     """Env steps a checkpoint's groups had sampled, all groups together."""
-    from hdppo.platform.checkpoint import load_checkpoint
+    from hdppo.platform.checkpoint import load_checkpoint, sampled_env_steps
 
-    state = load_checkpoint(checkpoint)
-    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+    return sampled_env_steps(load_checkpoint(checkpoint))
 
 
 def records(run_dir: Path) -> list[dict]:

@@ -62,7 +62,7 @@ def heldout_config(cfg):
 
 
 def evaluate_run(run_dir: Path, episodes: int, seed: int) -> dict:
-    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint, sampled_env_steps
     from hdppo.platform.config import load_config
     from hdppo.platform.evaluation import evaluate_episodes
 
@@ -71,7 +71,7 @@ def evaluate_run(run_dir: Path, episodes: int, seed: int) -> dict:
     if last is None:
         raise RuntimeError(f"{run_dir}: no checkpoint")
     state = load_checkpoint(last)
-    steps = int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+    steps = sampled_env_steps(state)
     t0 = time.perf_counter()
     eps = evaluate_episodes(heldout_config(cfg), learner_states(state), episodes, seed=seed, num_envs=8)
     flags = {phase: [] for phase in PHASE_KEYS}

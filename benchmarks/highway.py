@@ -56,6 +56,8 @@ sys.path.insert(0, str(HERE))
 from common import save_files, stat, train_preset, wilson  # noqa: E402
 from machine import machine_info  # noqa: E402
 
+from hdppo.envs.builtin.driving import FASTER, IDLE, LANE_LEFT, LANE_RIGHT, SLOWER  # noqa: E402
+
 CONFIGS = {"highway": "highway.yaml", "highway_kickstart": "highway_kickstart.yaml", "highway_ttc": "highway_ttc.yaml",
            "highway_shield": "highway_shield.yaml", "roundabout": "highway_roundabout_hierarchy.yaml"}
 FLAT = ("highway", "highway_kickstart", "highway_ttc", "highway_shield")  # highway-fast-v0: return and crashes
@@ -82,28 +84,24 @@ def training_rate(run_dir: Path) -> float | None:
     return round(float(np.mean(vals)), 1) if vals else None
 
 
-def _env_steps(state: dict) -> int:
-    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
-
-
 def evaluate_run(name: str, run_dir: Path, episodes: int, seed: int, within: int | None = None) -> dict:
     """The run's last checkpoint (or, with ``within``, its last one trained on at most that many
     env steps: the target counts 1e5, and a run of 512-step updates ends at 100,352) over
     ``episodes`` deterministic episodes."""
-    from hdppo.platform.checkpoint import learner_states, list_checkpoints, load_checkpoint
+    from hdppo.platform.checkpoint import learner_states, list_checkpoints, load_checkpoint, sampled_env_steps
     from hdppo.platform.config import load_config
     from hdppo.platform.evaluation import evaluate_episodes
 
     cfg = load_config(run_dir / "config.yaml")
-    last, state = None, None
+    last, state = None, {}
     for path in reversed(list_checkpoints(run_dir)):
         state = load_checkpoint(path)
-        if within is None or _env_steps(state) <= within:
+        if within is None or sampled_env_steps(state) <= within:
             last = path
             break
-    if last is None or state is None:
+    if last is None:
         raise RuntimeError(f"{run_dir}: no checkpoint" + (f" within {within:,} env steps" if within else ""))
-    steps = _env_steps(state)
+    steps = sampled_env_steps(state)
     t0 = time.perf_counter()
     eps = evaluate_episodes(cfg, learner_states(state), episodes, seed=seed, num_envs=4)
     infos = [next(iter(e.infos.values())) for e in eps]
@@ -128,7 +126,7 @@ GAP_DRIVERS = {"gap": {}, "gap_0.6s": {"headway": 0.6, "ttc": 3.0},
 # Behind the preset's safety shield (configs/highway_shield.yaml): always the first allowed of
 # FASTER, IDLE, LANE_LEFT, LANE_RIGHT, SLOWER; or uniformly among the allowed. What the shield
 # gives without learning.
-SHIELDED = {"faster_shield": (3, 1, 0, 2, 4), "random_shield": None}
+SHIELDED = {"faster_shield": (FASTER, IDLE, LANE_LEFT, LANE_RIGHT, SLOWER), "random_shield": None}
 LOOKAHEAD_DEPTH, LOOKAHEAD_CRASH = 3, -10.0  # the oracle: decisions it looks ahead, what a crash counts
 SCRIPTED_ENVS = {"highway": "highway-fast-v0", "roundabout": "roundabout-v1"}
 

@@ -117,6 +117,12 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                                  "checkpoints/.")) from None
 
 
+def sampled_env_steps(state: dict[str, Any]) -> int:
+    """Env steps a checkpoint's groups had sampled, all groups together (each group's learners
+    share one counter: its first learner's)."""
+    return int(sum(next(iter(g["learners"].values()))["env_steps"] for g in state["groups"].values()))
+
+
 def learner_states(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every layer's learner state in a loaded checkpoint (trained groups and fixed layers)."""
     out: dict[str, dict[str, Any]] = dict(state.get("fixed", {}))

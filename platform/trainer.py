@@ -25,7 +25,7 @@ from . import metrics as M
 from .backend import make_backend
 from .budget import groups_to_update, levels
 from .checkpoint import (best_info, latest_checkpoint, layout_mismatch, learner_states, load_checkpoint,
-                         policy_mismatch, resolve_checkpoint, save_best, save_checkpoint)
+                         policy_mismatch, resolve_checkpoint, sampled_env_steps, save_best, save_checkpoint)
 from .config import Config, dump_config, load_config, validate
 from .elastic import take_scale_request
 from .errors import CheckpointError, ConfigError, HdppoError
@@ -530,7 +530,7 @@ class Trainer:
             self.metrics.close()
             # Counted from the checkpoint: an abandoned update may still move the groups' counters.
             state = load_checkpoint(path)
-            steps = int(sum(g["learners"][next(iter(g["learners"]))]["env_steps"] for g in state["groups"].values()))
+            steps = sampled_env_steps(state)
             return summary | {"env_steps": steps, "total_env_steps": total, "stopped": {
                 "reason": self.stop.reason, "signal": signal_name(self.stop.signum), "exit_code": self.stop.exit_code,
                 "checkpoint": str(path), "abandoned": abandoned, "stop_timeout_s": self.cfg.train.stop_timeout_s}}

@@ -223,7 +223,8 @@ def _ego_x(x0: float, v0: float, v_target: float, t: np.ndarray | float) -> np.n
 
 
 def clearance(env: Any, action: int, horizon: float = 3.0, wall_horizon: float = 6.0, change_time: float = 1.2,
-              rear_horizon: float = 1.5, brake_time: float = 1.0, dt: float = 0.1) -> float:
+              rear_horizon: float = 1.5, brake_time: float = 1.0, dt: float = 0.1,
+              neighbours: dict | None = None) -> float:
     """The smallest bumper-to-bumper gap (m; negative: a collision) the ego keeps over the next
     ``horizon`` s if it takes meta-action ``action`` now and SLOWER at every later decision (one
     target speed down a second, the hardest the meta-actions brake), on a straight highway.
@@ -233,8 +234,10 @@ def clearance(env: Any, action: int, horizon: float = 3.0, wall_horizon: float =
     (SLOWER does nothing below 20 m/s on highway-fast): it is watched for ``wall_horizon`` s, so
     the lane is left while there is still time. During a lane change (``change_time`` s) the ego
     counts in both lanes; vehicles behind it count only in a lane it moves into, for
-    ``rear_horizon`` s (in its own lane they brake for it)."""
+    ``rear_horizon`` s (in its own lane they brake for it). ``neighbours``: a dict to memoise
+    each lane's (front, rear) vehicles in, shared by the calls for one state (:func:`safe_actions`)."""
     sim = _simulator(env)
+    neighbours = {} if neighbours is None else neighbours
     ego = sim.vehicle
     speeds = np.asarray(ego.target_speeds, float)
     v0, x0 = float(ego.speed), float(ego.position[0])
@@ -268,7 +271,9 @@ def clearance(env: Any, action: int, horizon: float = 3.0, wall_horizon: float =
         lanes[ego.lane_index] = t <= change_time
     worst = np.inf
     for each, when in lanes.items():
-        front, rear = sim.road.neighbour_vehicles(ego, each)
+        if each not in neighbours:
+            neighbours[each] = sim.road.neighbour_vehicles(ego, each)
+        front, rear = neighbours[each]
         if front is not None:
             a = min(float(getattr(front, "action", {}).get("acceleration", 0.0)), 0.0)
             a = max(a, -float(front.speed) / brake_time)
@@ -289,7 +294,8 @@ def safe_actions(env: Any, margin: float = 2.0, **kwargs: float) -> np.ndarray:
     """The action mask of a safety shield over the five meta-actions (1 allowed): those whose
     :func:`clearance` stays at least ``margin`` m; when none does, the ones with the largest
     clearance (the least bad), so that a move is always left."""
-    gaps = np.array([clearance(env, action, **kwargs) for action in range(5)])
+    seen: dict = {}  # the five predictions look at the same lanes of the same state
+    gaps = np.array([clearance(env, action, neighbours=seen, **kwargs) for action in range(5)])
     allowed = gaps >= margin
     if not allowed.any():
         allowed = gaps >= gaps.max() - 1e-6
