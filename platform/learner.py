@@ -53,6 +53,7 @@ class Learner:
         # minibatches live there; everything that leaves the learner is on CPU.
         check_visible(device, f"layer {self.layer.name!r}: learner.device")
         self.device = torch.device(device)
+        self.precision = cfg.learner_of(self.layer.name).precision
         self.policy = make_policy(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim,
                                   encoder).to(self.device)
         # The parameter list, once: nn.Module.parameters() walks the module tree on every call,
@@ -135,7 +136,7 @@ class Learner:
         return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
                               chunks=chunks, teacher_coeff=teacher_coeff, bounds_coeff=p.bounds_loss_coeff,
-                              replay=replay)
+                              replay=replay, precision=self.precision)
 
     def _chunks(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """A recurrent layer's batch as chunks of ``policy.seq_len`` consecutive decisions of one

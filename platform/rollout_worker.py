@@ -233,7 +233,8 @@ class RolloutWorker:
             return GradientResult(grads, 0, info)
         terms = minibatch_loss(policy, mb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
                                vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
-                               chunks=chunks, bounds_coeff=p.bounds_loss_coeff)
+                               chunks=chunks, bounds_coeff=p.bounds_loss_coeff,
+                               precision=self.cfg.learner_of(name).precision)
         grads = gradients(policy, terms.total)
         info = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
         scheme = self.cfg.layer(name).dppo.compression

@@ -7,6 +7,7 @@ the loss uses the unclipped sample. Discrete is MultiDiscrete with one component
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Sequence
 
@@ -46,12 +47,30 @@ def _tensor(x: torch.Tensor | np.ndarray | None) -> torch.Tensor | None:
     return torch.from_numpy(x) if isinstance(x, np.ndarray) else x
 
 
+def precision_context(precision: str, device_type: str):
+    """The context the update's forward passes run in: nothing for 'fp32'; for 'bf16', torch's
+    autocast to bfloat16 (convs and dense layers; :func:`run_mlp` keeps the output layer float32)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device_type, dtype=torch.bfloat16)
+    raise ValueError(f"unknown precision {precision!r}: use 'fp32' or 'bf16'")
+
+
 def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     """``seq(x)`` without nn.Module's call machinery (hooks, dispatch): the same operations on
-    the same parameters, at half the cost for the small batches a worker acts on every step."""
-    for m in seq:
+    the same parameters, at half the cost for the small batches a worker acts on every step.
+
+    Under bf16 autocast (:func:`precision_context`) the hidden layers run in bfloat16 and the
+    output layer in float32, on float32 inputs: logits and values keep float32's resolution, so
+    the probability ratios and the value loss are not rounded to bfloat16's 3 digits."""
+    last = len(seq) - 1
+    for k, m in enumerate(seq):
         kind = type(m)
         if kind is nn.Linear:
+            if k == last and torch.is_autocast_enabled(x.device.type):
+                with torch.autocast(x.device.type, enabled=False):
+                    return F.linear(x.float(), m.weight, m.bias)
             x = F.linear(x, m.weight, m.bias)
         elif kind is nn.Tanh:
             x = torch.tanh(x)
@@ -59,7 +78,7 @@ def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
             x = torch.relu(x)
         else:
             x = m(x)
-    return x
+    return x.float()  # a no-op in float32; a SetScorer's output under autocast
 
 
 # Above this many input values (rows x width) the maths outweighs torch's per-call cost and torch's

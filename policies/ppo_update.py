@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import torch
 
-from .networks import ActorCritic
+from .networks import ActorCritic, precision_context
 from .ppo_loss import LossTerms, normalize_advantages, ppo_loss, teacher_nll
 
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
                    value_clip: float | None, vf_coeff: float, entropy_coeff: float,
                    normalize: bool = True, chunks: tuple | None = None, teacher_coeff: float = 0.0,
-                   bounds_coeff: float = 0.0, replay: tuple | None = None) -> LossTerms:
+                   bounds_coeff: float = 0.0, replay: tuple | None = None, precision: str = "fp32") -> LossTerms:
     """PPO loss on a :class:`~hdppo.platform.batch.TorchBatch` ``mb`` of B samples. A recurrent
     policy takes ``chunks = (index [S, C], valid [S, C])`` (networks.sequence_chunks) into ``mb``:
     each chunk is replayed through the GRU from its first step's stored hidden, and the loss
     covers the valid steps only. With ``teacher_coeff > 0`` and teacher labels in ``mb``
     (kickstarting), ``teacher_coeff`` times their negative log-likelihood joins the total; with
     ``replay = (obs, teacher, masks)`` tensors of past decisions (teacher_replay), ``teacher_coeff``
-    times their negative log-likelihood too."""
+    times their negative log-likelihood too. ``precision`` 'bf16' runs the forward passes under
+    bfloat16 autocast (networks.precision_context); the loss itself is float32 either way."""
+    with precision_context(precision, mb.obs.device.type):
+        return _minibatch_loss(policy, mb, adv_mean, adv_std, clip=clip, value_clip=value_clip, vf_coeff=vf_coeff,
+                               entropy_coeff=entropy_coeff, normalize=normalize, chunks=chunks,
+                               teacher_coeff=teacher_coeff, bounds_coeff=bounds_coeff, replay=replay)
+
+
+def _minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
+                    value_clip: float | None, vf_coeff: float, entropy_coeff: float, normalize: bool,
+                    chunks: tuple | None, teacher_coeff: float, bounds_coeff: float,
+                    replay: tuple | None) -> LossTerms:
     if chunks is not None:
         index, valid = chunks
         logp_s, ent_s, v_s = policy.replay(mb.obs[index], mb.hidden[index[:, 0]], mb.first[index], mb.actions[index],

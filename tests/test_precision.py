@@ -1,0 +1,92 @@
+"""learner.precision 'bf16': the update's forward passes under bfloat16 autocast, the output layer
+and the loss in float32; close to the float32 gradient, and a CNN policy still learns with it."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_config
+from hdppo.platform.config import validate
+from hdppo.platform.errors import ConfigError
+from hdppo.platform.trainer import Trainer
+from hdppo.policies.networks import mlp, precision_context, run_mlp
+
+
+def _lit_side(precision: str, **dppo) -> dict:
+    return tiny_config(
+        env={"entry_point": "scripted_envs:lit_side"},
+        layers=[{"name": "control", "policy": {"encoder": "cnn", "cnn_channels": [8, 8], "cnn_features": 32, "hidden": [32]},
+                 "ppo": {"minibatch_size": 128, "num_epochs": 4, "lr": 1e-3},
+                 "learner": {"precision": precision},
+                 "dppo": {"num_workers": 2, "num_envs_per_worker": 4, "train_batch_size": 512, **dppo}}],
+        train={"total_env_steps": 10_000, "checkpoint_every": 100, "eval_episodes": 4})
+
+
+def test_output_layer_stays_float32_under_autocast():
+    torch.manual_seed(0)
+    seq = mlp(6, [16, 16], 3, "tanh", 1.0)
+    x = torch.randn(32, 6)
+    with precision_context("bf16", "cpu"):
+        out = run_mlp(seq, x)
+        hidden = run_mlp(seq[:-1], x)  # two Linear+Tanh pairs, the last Linear of the slice in float32
+    assert out.dtype == torch.float32
+    # The hidden layers ran in bfloat16 (their output differs from float32's), the output layer in
+    # float32 on them: exactly F.linear of the bfloat16 features in float32.
+    h_bf16 = torch.tanh(F.linear(torch.tanh(F.linear(x.bfloat16(), seq[0].weight.bfloat16(), seq[0].bias.bfloat16())),
+                                 seq[2].weight.bfloat16(), seq[2].bias.bfloat16()))
+    torch.testing.assert_close(out, F.linear(h_bf16.float(), seq[4].weight, seq[4].bias), rtol=0, atol=0)
+    assert not torch.equal(out, run_mlp(seq, x))
+    torch.testing.assert_close(out, run_mlp(seq, x), rtol=0.05, atol=0.02)
+    assert hidden.dtype == torch.float32
+    with pytest.raises(ValueError, match="unknown precision 'fp16'"):
+        precision_context("fp16", "cpu")
+
+
+def test_bf16_gradient_is_close_to_float32():
+    from hdppo.platform.batch import advantage_moments
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+    from hdppo.platform.rollout_worker import RolloutWorker
+
+    cfg = validate(_lit_side("fp32"))
+    svc = ParameterService()
+    worker = RolloutWorker(cfg, ["control"], 0, 1, svc)
+    spec = worker.specs[0]
+    learner = Learner(cfg, 0, spec.obs_dim, spec.action_space, svc, encoder=spec.encoder)
+    rollout = worker.sample()["control"]
+    mean, std = advantage_moments([rollout.stats])
+    exact = learner.gradient(rollout.batch, mean, std, 0.01)
+    learner.precision = "bf16"
+    mixed = learner.gradient(rollout.batch, mean, std, 0.01)
+    assert all(g.dtype == torch.float32 for g in mixed)
+    a, b = torch.cat([g.reshape(-1) for g in exact]), torch.cat([g.reshape(-1) for g in mixed])
+    assert not torch.equal(a, b)  # bfloat16 did run
+    cosine = float(a @ b / (a.norm() * b.norm()))
+    assert cosine > 0.99, cosine
+    assert abs(float(b.norm() / a.norm()) - 1) < 0.05
+
+
+def test_cnn_policy_learns_with_bf16(tmp_path):
+    summary = Trainer(validate(_lit_side("bf16")), tmp_path / "run", quiet=True).train()
+    assert summary["eval_return_mean"] >= 17  # max 20; random play about 10 (as in test_encoders)
+
+
+def test_bf16_in_mode_dppo_and_pipeline(tmp_path):
+    for i, dppo in enumerate(({"mode": "dppo"}, {"sync": "pipeline"})):
+        cfg = _lit_side("bf16", **dppo)
+        cfg["train"]["total_env_steps"] = 1024
+        summary = Trainer(validate(cfg), tmp_path / f"run{i}", quiet=True).train()
+        assert summary["env_steps"] >= 1024
+
+
+def test_precision_is_validated():
+    with pytest.raises(ConfigError, match=r"learner.precision: Input should be 'fp32' or 'bf16'"):
+        validate(_lit_side("fp16"))
+    gru = tiny_config(layers=[{"name": "control", "policy": {"encoder": "gru"}, "learner": {"precision": "bf16"}}])
+    with pytest.raises(ConfigError, match=r"layers\[0\] \(control\): learner.precision 'bf16' is not supported with "
+                                          r"policy.encoder 'gru'.*use precision 'fp32'"):
+        validate(gru)
+    grouped = tiny_config(layers=[{"name": "control", "policy": {"encoder": "gru"}}],
+                          groups=[{"layers": ["control"], "learner": {"precision": "bf16"}}])
+    with pytest.raises(ConfigError, match="not supported with policy.encoder 'gru'"):
+        validate(grouped)
+    assert validate(tiny_config()).learner_of("control").precision == "fp32"
