@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,8 @@ class MetricsWriter:
         self.run_dir = Path(run_dir)
         self._tb = {name: SummaryWriter(str(self.run_dir / "tb" / name)) for name in layers}
         self._jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self._drawer: ThreadPoolExecutor | None = None  # coverage images, drawn beside training
+        self._drawings: list[Future] = []
 
     def scalars(self, layer: str, step: int, values: dict[str, float]) -> None:
         now = time.time()
@@ -106,10 +110,33 @@ class MetricsWriter:
         self.scalars(layer, step, shares)
 
     def coverage(self, layer: str, step: int, points: Any, workers: Any) -> None:
-        """The state-coverage picture (hdppo.platform.diagnostics.coverage_image) as an image."""
+        """The state-coverage picture (hdppo.platform.diagnostics.coverage_image) as an image,
+        drawn on a thread of its own: the training loop does not wait for matplotlib (its import
+        and first draw took ~0.4-0.6 s, a tenth of a ten-update benchmark window). SummaryWriter
+        queues events under a lock, so the image and the loop's scalars can be added at once.
+        A drawing that failed raises at the next flush; close waits for those still running."""
+        if self._drawer is None:
+            self._drawer = ThreadPoolExecutor(1, thread_name_prefix="hdppo-coverage")
+        self._drawings.append(self._drawer.submit(self._draw_coverage, layer, step, points, workers))
+
+    def prepare_coverage(self) -> None:
+        """Import matplotlib on the drawing thread now, while the run starts (Ray, actors), rather
+        than at the first image, in the middle of training."""
+        if self._drawer is None:
+            self._drawer = ThreadPoolExecutor(1, thread_name_prefix="hdppo-coverage")
+        self._drawings.append(self._drawer.submit(_import_matplotlib))
+
+    def _draw_coverage(self, layer: str, step: int, points: Any, workers: Any) -> None:
         from .diagnostics import coverage_image
 
         self._tb[layer].add_image(IMG_STATE_COVERAGE, coverage_image(points, workers, f"{layer}, step {step:,}"), step)
+
+    def _finished_drawings(self) -> None:
+        """Forget the drawings that are done, re-raising the error of one that failed."""
+        done = [f for f in self._drawings if f.done()]
+        self._drawings = [f for f in self._drawings if not f.done()]
+        for f in done:
+            f.result()
 
     def video(self, layer: str, step: int, frames: Any, fps: float) -> None:
         """A clip ``[T, H, W, 3]`` uint8 as the event ``SummaryWriter.add_video`` writes: an image
@@ -129,15 +156,28 @@ class MetricsWriter:
         self._tb[layer].add_text("hyperparameters", f"| key | value |\n|---|---|\n{rows}", 0)
 
     def flush(self) -> None:
+        self._finished_drawings()
         for w in self._tb.values():
             w.flush()
         self._jsonl.flush()
 
     def close(self) -> None:
+        if self._drawer is not None:
+            self._drawer.shutdown(wait=True)  # the images still being drawn, before their writers close
+            self._drawer = None
+            for f in self._drawings:
+                if f.exception() is not None:  # close runs on every way out, also after an error: warn only
+                    print(f"[hdppo] a state-coverage image was not written: {f.exception()!r}", file=sys.stderr)
+            self._drawings = []
         for w in self._tb.values():
             w.close()
         if not self._jsonl.closed:
             self._jsonl.close()
+
+
+def _import_matplotlib() -> None:
+    from matplotlib.backends import backend_agg  # noqa: F401  (what diagnostics.coverage_image uses)
+    from matplotlib import figure  # noqa: F401
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -242,6 +242,8 @@ class Trainer:
             self._checkpointed = True
         (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
         self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
+        if self.cfg.diagnostics.every:
+            self.metrics.prepare_coverage()
         for layer in self.cfg.layers:
             self.metrics.hyperparameters(layer.name, M.flatten(self.cfg.model_dump(mode="json") | {"layers": [layer.model_dump(mode="json")]}))
 

@@ -142,3 +142,48 @@ def test_hierarchy_logs_coverage_for_every_layer(tmp_path):
         acc = EventAccumulator(str(tmp_path / "run" / "tb" / layer.name), size_guidance={IMAGES: 0})
         acc.Reload()
         assert acc.Images(M.IMG_STATE_COVERAGE), layer.name
+
+
+def test_coverage_image_is_drawn_beside_the_loop(tmp_path, monkeypatch, capsys):
+    """MetricsWriter.coverage hands the drawing to a thread and returns; close waits for it. A
+    drawing that fails raises at the next flush (the training loop flushes every update), and at
+    close it is reported, not raised."""
+    import threading
+
+    from hdppo.platform import diagnostics
+
+    release, drawn = threading.Event(), []
+
+    def slow_image(points, workers, title=""):
+        assert release.wait(10)
+        drawn.append(title)
+        return np.zeros((3, 8, 8), np.uint8)
+
+    monkeypatch.setattr(diagnostics, "coverage_image", slow_image)
+    w = M.MetricsWriter(tmp_path, ["control"])
+    pts = np.zeros((4, 3))
+    w.coverage("control", 10, pts, np.zeros(4))
+    w.flush()  # does not wait for the drawing either
+    assert drawn == []
+    release.set()
+    w.close()
+    assert drawn == ["control, step 10"]
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb" / "control"), size_guidance={IMAGES: 0})
+    acc.Reload()
+    assert [im.step for im in acc.Images(M.IMG_STATE_COVERAGE)] == [10]
+
+    def broken(points, workers, title=""):
+        raise ValueError("no display")
+
+    monkeypatch.setattr(diagnostics, "coverage_image", broken)
+    (tmp_path / "b").mkdir()
+    w = M.MetricsWriter(tmp_path / "b", ["control"])
+    w.coverage("control", 20, pts, np.zeros(4))
+    w._drawings[0].exception(timeout=10)  # let it fail
+    with pytest.raises(ValueError, match="no display"):
+        w.flush()
+    w.coverage("control", 30, pts, np.zeros(4))
+    w.close()
+    assert "a state-coverage image was not written: ValueError('no display')" in capsys.readouterr().err
