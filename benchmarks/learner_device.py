@@ -15,9 +15,10 @@ the preset uses relu).
 
 Usage: python benchmarks/learner_device.py [--net mlp|minatar] [--hidden 64x64,256x256] [--batch 4096]
                                            [--minibatch 512] [--epochs 10] [--repeats 5] [--devices cpu,cuda]
+                                           [--precisions fp32,bf16] [--out STEM]
                                            [--threads 1]
 
-Writes benchmarks/results/learner_device.{json,md}.
+Writes benchmarks/results/learner_device.{json,md} (or --out's stem).
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _batch(n: int, net: str = "mlp", seed: int = 0):
 
 
 def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epochs: int, repeats: int,
-                 threads: int = 1, net: str = "mlp") -> dict:
+                 threads: int = 1, net: str = "mlp", precision: str = "fp32") -> dict:
     """Seconds per update (median, min, max over ``repeats`` after one warm-up) on ``device``."""
     import gymnasium as gym
     import torch
@@ -75,7 +76,7 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
         policy = {"encoder": "cnn", "cnn_channels": [16], "cnn_features": 128, "hidden": hidden}
         space, obs_dim = gym.spaces.Discrete(MINATAR_ACTIONS), int(np.prod(MINATAR_SCREEN))
     cfg = validate({"name": "learner-device", "env": {"id": "Hopper-v5"}, "diagnostics": {"every": 0},
-                    "layers": [{"policy": policy,
+                    "layers": [{"policy": policy, "learner": {"precision": precision},
                                 "ppo": {"minibatch_size": minibatch, "num_epochs": epochs},
                                 "dppo": {"train_batch_size": batch}}], "ray": {"backend": "local"}})
     if net == "minatar":  # the encoder as hdppo builds it from the layer's policy section (hierarchies/spec.py)
@@ -105,6 +106,7 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
     steps = int(result.metrics[M.PERF_SGD_STEPS])
     name = "x".join(map(str, hidden))
     return {"device": device, "hidden": name if net == "mlp" else f"cnn16+128 {name}".strip(), "threads": threads if device == "cpu" else None,
+            "precision": precision,
             "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
             "sgd_steps": steps, "repeats": repeats}
 
@@ -114,11 +116,13 @@ def render_markdown(report: dict) -> str:
     gpu = report.get("gpu") or "none"
     rows = []
     for r in report["results"]:
-        cpu = next((c for c in report["results"] if c["device"] == "cpu" and c["hidden"] == r["hidden"]), None)
-        vs = f"{cpu['median_s'] / r['median_s']:.2f}x" if cpu and r["device"] != "cpu" else "-"
+        # Against float32 on CPU with the same network (results from before learner.precision have none).
+        cpu = next((c for c in report["results"] if c["device"] == "cpu" and c["hidden"] == r["hidden"]
+                    and c.get("precision", "fp32") == "fp32"), None)
+        vs = f"{cpu['median_s'] / r['median_s']:.2f}x" if cpu and cpu is not r else "-"
         ms_step = f"{1000 * r['median_s'] / r['sgd_steps']:.2f}"
         where = f"cpu ({r['threads']} thread{'s' if r['threads'] != 1 else ''})" if r["device"] == "cpu" else r["device"]
-        rows.append(f"| {r['hidden']} | {where} | {r['median_s']:.3f} | {r['min_s']:.3f}-{r['max_s']:.3f} | "
+        rows.append(f"| {r['hidden']} | {where} | {r.get('precision', 'fp32')} | {r['median_s']:.3f} | {r['min_s']:.3f}-{r['max_s']:.3f} | "
                     f"{ms_step} | {vs} |")
     what = (f"MinAtar-sized ({'x'.join(map(str, MINATAR_SCREEN))} screens, the preset's CNN, Discrete({MINATAR_ACTIONS}))"
             if s.get("net") == "minatar" else f"Hopper-sized ({OBS_DIM} observations, {ACT_DIM}-d Box action)")
@@ -128,8 +132,8 @@ def render_markdown(report: dict) -> str:
             f"One mode-central `Learner.update_central` on a synthetic batch, {what}: {s['batch']} samples, minibatch {s['minibatch']}, {s['epochs']} epochs, "
             f"median of {s['repeats']} updates after one warm-up, the batch's move to the device and the CPU copy "
             f"of the published weights included.\n\n"
-            "| hidden | device | update s (median) | min-max s | ms per SGD step | speed-up vs CPU |\n"
-            "|---|---|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+            "| hidden | device | learner.precision | update s (median) | min-max s | ms per SGD step | speed-up vs CPU fp32 |\n"
+            "|---|---|---|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
             f"Command: `{report['command']}`\n")
 
 
@@ -147,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads of the CPU learner (hdppo's default 1)")
     p.add_argument("--devices", default=None, help="default: cpu, and cuda where torch sees a GPU")
+    p.add_argument("--precisions", default="fp32", help="comma-separated learner.precision values, e.g. fp32,bf16 "
+                   "(bf16 pays on CPUs with AMX or AVX-512 BF16 and on GPUs; time it on yours)")
     p.add_argument("--results", type=Path, default=HERE / "results")
+    p.add_argument("--out", default="learner_device", help="output stem in --results (default learner_device)")
     args = p.parse_args(argv)
     defaults = MINATAR_UPDATE if args.net == "minatar" else {"batch": 4096, "minibatch": 512, "epochs": 10}
     for key, value in defaults.items():
@@ -162,15 +169,16 @@ def main(argv: list[str] | None = None) -> int:
                            "repeats": args.repeats, "threads": args.threads}, "results": []}
     for hidden in args.hidden.split(","):
         for device in devices:
-            r = time_updates(device, [int(h) for h in hidden.split("x") if h], args.batch, args.minibatch, args.epochs,
-                             args.repeats, args.threads, args.net)
-            report["results"].append(r)
-            print(f"[learner_device] {r['hidden']:>9s} {device:4s} {r['median_s']:.3f} s/update "
-                  f"({r['min_s']:.3f}-{r['max_s']:.3f})", flush=True)
+            for precision in args.precisions.split(","):
+                r = time_updates(device, [int(h) for h in hidden.split("x") if h], args.batch, args.minibatch,
+                                 args.epochs, args.repeats, args.threads, args.net, precision)
+                report["results"].append(r)
+                print(f"[learner_device] {r['hidden']:>9s} {device:4s} {precision} {r['median_s']:.3f} s/update "
+                      f"({r['min_s']:.3f}-{r['max_s']:.3f})", flush=True)
     md = render_markdown(report)
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "learner_device.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.results / "learner_device.md").write_text(md)
+    (args.results / f"{args.out}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.results / f"{args.out}.md").write_text(md)
     print(md)
     return 0
 

@@ -231,6 +231,17 @@ def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
     (r,) = report["results"]
     assert report["settings"]["epochs"] == 4 and r["sgd_steps"] == 8 and r["hidden"] == "cnn16+128"
     assert "MinAtar-sized (10x10x4 screens" in (tmp_path / "learner_device.md").read_text()
+    # Both precisions, each row labelled, bf16 compared with fp32 on the same network; --out names the files.
+    assert learner_device.main(["--hidden", "8x8", "--batch", "64", "--minibatch", "32", "--epochs", "1",
+                                "--repeats", "1", "--devices", "cpu", "--precisions", "fp32,bf16",
+                                "--results", str(tmp_path), "--out", "prec"]) == 0
+    report = json.loads((tmp_path / "prec.json").read_text())
+    assert [r["precision"] for r in report["results"]] == ["fp32", "bf16"]
+    md = (tmp_path / "prec.md").read_text()
+    assert "| 8x8 | cpu (1 thread) | fp32 |" in md and "| 8x8 | cpu (1 thread) | bf16 |" in md
+    fp32_row = next(line for line in md.splitlines() if "| fp32 |" in line)
+    bf16_row = next(line for line in md.splitlines() if "| bf16 |" in line)
+    assert fp32_row.endswith("| - |") and bf16_row.rstrip(" |").endswith("x")
 
 
 def test_set_encoder_cost_times_each_attention_depth_and_writes_its_table(tmp_path):
