@@ -352,9 +352,10 @@ class LearnerConfig(_Strict):
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="The arithmetic of the update's forward passes. 'bf16': mixed precision, as AMP on a GPU: "
         "the hidden layers (convs and dense) run in bfloat16 under torch.autocast, the weights, the optimizer, the "
-        "output layers and the loss stay float32. On CPUs with AMX or AVX-512 BF16, and on GPUs, the update is "
-        "cheaper (a MinAtar CNN minibatch 1.7x); elsewhere it can be slower. Also used by the workers' gradients "
-        "in mode dppo. Not with a GRU encoder.")
+        "output layers and the loss stay float32. On a CPU with AMX or AVX-512 BF16 the update is cheaper for convs "
+        "and wide layers (a MinAtar CNN update 1.4x) and dearer for small MLPs (64x64: 0.8x); without bfloat16 units "
+        "it is emulated and slower; not yet measured on a GPU. Also used by the workers' gradients in mode dppo. "
+        "Not with a GRU encoder.")
 
     @field_validator("num_threads")
     @classmethod

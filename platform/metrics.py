@@ -115,16 +115,18 @@ class MetricsWriter:
         and first draw took ~0.4-0.6 s, a tenth of a ten-update benchmark window). SummaryWriter
         queues events under a lock, so the image and the loop's scalars can be added at once.
         A drawing that failed raises at the next flush; close waits for those still running."""
-        if self._drawer is None:
-            self._drawer = ThreadPoolExecutor(1, thread_name_prefix="hdppo-coverage")
-        self._drawings.append(self._drawer.submit(self._draw_coverage, layer, step, points, workers))
+        self._draw(self._draw_coverage, layer, step, points, workers)
 
     def prepare_coverage(self) -> None:
         """Import matplotlib on the drawing thread now, while the run starts (Ray, actors), rather
         than at the first image, in the middle of training."""
+        self._draw(_import_matplotlib)
+
+    def _draw(self, fn: Any, *args: Any) -> None:
+        """``fn(*args)`` on the drawing thread (started at the first call), kept until it is done."""
         if self._drawer is None:
             self._drawer = ThreadPoolExecutor(1, thread_name_prefix="hdppo-coverage")
-        self._drawings.append(self._drawer.submit(_import_matplotlib))
+        self._drawings.append(self._drawer.submit(fn, *args))
 
     def _draw_coverage(self, layer: str, step: int, points: Any, workers: Any) -> None:
         from .diagnostics import coverage_image
