@@ -107,3 +107,32 @@ def test_a_three_layer_hierarchy_trains_with_every_group_on_the_gpu(tmp_path):
     trainer = Trainer(validate(cfg), tmp_path / "run", quiet=True)
     assert trainer.train()["env_steps"] >= 2048
     assert set(d for g in trainer.groups for d in g.devices.values()) == {"cuda"}
+
+
+def test_bf16_on_cuda_is_close_to_float32_and_trains(tmp_path):
+    """learner.precision bf16 on a CUDA learner: the same autocast as on CPU (output layers and loss
+    in float32), its gradient within a cosine of 0.99 of float32's, and a CNN policy still learns."""
+    from hdppo.platform.batch import advantage_moments
+
+    env, policy = CASES["cnn"]
+    cfg = _cfg(env, policy)
+    svc = ParameterService()
+    worker = RolloutWorker(cfg, ["control"], 0, 1, svc)
+    spec = worker.specs[0]
+    learner = Learner(cfg, 0, spec.obs_dim, spec.action_space, svc, device="cuda", encoder=spec.encoder)
+    rollout = worker.sample()["control"]
+    mean, std = advantage_moments([rollout.stats])
+    exact = torch.cat([g.reshape(-1) for g in learner.gradient(rollout.batch, mean, std, 0.01)])
+    learner.precision = "bf16"
+    mixed = torch.cat([g.reshape(-1) for g in learner.gradient(rollout.batch, mean, std, 0.01)])
+    assert mixed.dtype == torch.float32 and not torch.equal(exact, mixed)
+    assert float(exact @ mixed / (exact.norm() * mixed.norm())) > 0.99
+    trained = tiny_config(env={"entry_point": "scripted_envs:lit_side"},
+                          layers=[{"name": "control", "policy": {"encoder": "cnn", "cnn_channels": [8, 8],
+                                                                 "cnn_features": 32, "hidden": [32]},
+                                   "ppo": {"minibatch_size": 128, "num_epochs": 4, "lr": 1e-3},
+                                   "learner": {"device": "cuda", "precision": "bf16"},
+                                   "dppo": {"num_workers": 2, "num_envs_per_worker": 4, "train_batch_size": 512}}],
+                          train={"total_env_steps": 10_000, "checkpoint_every": 100, "eval_episodes": 4})
+    summary = Trainer(validate(trained), tmp_path / "run", quiet=True).train()
+    assert summary["eval_return_mean"] >= 17
