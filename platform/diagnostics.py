@@ -89,6 +89,15 @@ def embed_2d(points: np.ndarray) -> np.ndarray:
     return x @ vt[:2].T
 
 
+def plotting_classes() -> tuple[type, type]:
+    """matplotlib's Figure and Agg canvas, what :func:`coverage_image` draws with (importing them
+    is most of the first image's cost; the metrics writer calls this early, on its drawing thread)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    return Figure, FigureCanvasAgg
+
+
 def coverage_image(points: np.ndarray, workers: np.ndarray, title: str = "") -> np.ndarray:
     """A scatter of the states' 2-D embedding coloured by worker, as an RGB array ``[3, H, W]``
     (what SummaryWriter.add_image takes).
@@ -97,9 +106,7 @@ def coverage_image(points: np.ndarray, workers: np.ndarray, title: str = "") -> 
     metrics writer can draw it on a thread of its own while training goes on (pyplot's import
     alone took ~0.6 s of the training loop, inside a benchmark's timed window), with fixed
     margins and a fixed legend corner (tight_layout and loc='best' were most of a draw)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    Figure, FigureCanvasAgg = plotting_classes()
     xy = embed_2d(points)
     fig = Figure(figsize=(4.5, 4), dpi=80)
     canvas = FigureCanvasAgg(fig)

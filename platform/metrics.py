@@ -120,7 +120,9 @@ class MetricsWriter:
     def prepare_coverage(self) -> None:
         """Import matplotlib on the drawing thread now, while the run starts (Ray, actors), rather
         than at the first image, in the middle of training."""
-        self._draw(_import_matplotlib)
+        from .diagnostics import plotting_classes
+
+        self._draw(plotting_classes)
 
     def _draw(self, fn: Any, *args: Any) -> None:
         """``fn(*args)`` on the drawing thread (started at the first call), kept until it is done."""
@@ -175,11 +177,6 @@ class MetricsWriter:
             w.close()
         if not self._jsonl.closed:
             self._jsonl.close()
-
-
-def _import_matplotlib() -> None:
-    from matplotlib.backends import backend_agg  # noqa: F401  (what diagnostics.coverage_image uses)
-    from matplotlib import figure  # noqa: F401
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
