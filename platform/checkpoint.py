@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..policies.networks import upgrade_image_encoders
 from .errors import CheckpointError
 
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
@@ -165,7 +166,9 @@ def layout_mismatch(state: dict[str, Any], layer_groups: list[list[str]], fixed:
 
 def policy_mismatch(saved: dict[str, Any], current: dict[str, list[int]]) -> str | None:
     """How a checkpoint's policy weights (a state dict) differ from a model's parameter shapes
-    (``current``: name -> shape), in a few words; None where they fit."""
+    (``current``: name -> shape), in a few words; None where they fit. Weights saved in an
+    earlier layout that loading converts (image encoders' ``linear``) are compared as converted."""
+    saved, _ = upgrade_image_encoders(saved)
     saved_shapes = {k: list(getattr(v, "shape", ())) for k, v in saved.items()}
     missing = [k for k in current if k not in saved_shapes]
     extra = [k for k in saved_shapes if k not in current]

@@ -25,7 +25,7 @@ from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from .messages import Accounting, GradientResult, UpdateResult
 from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
-from ..policies.networks import make_policy, sequence_chunks
+from ..policies.networks import make_policy, sequence_chunks, upgrade_image_encoders, upgrade_moments
 from ..policies.normalizers import RunningStats
 from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
 from ..policies.schedules import linear
@@ -112,9 +112,12 @@ class Learner:
                 self.reward_stats.merge(RunningStats.from_state(s.reward_delta))
 
     # -- the optimizer step shared by both modes ----------------------------------------------
-    def _step(self, grads: list[torch.Tensor], lr: float) -> float:
+    def _step(self, grads: list[torch.Tensor], lr: float, owned: bool = False) -> float:
+        """One optimizer step on ``grads``. ``owned``: they are this step's own tensors (autograd's,
+        on the learner's device), used as they are; otherwise (mode dppo: the workers' gradients,
+        on CPU, which gradient clipping would scale in place) copied first."""
         for g_param, g in zip(self.params, grads):
-            g_param.grad = g.to(self.device, copy=True)  # mode dppo: the workers' gradients arrive on CPU
+            g_param.grad = g if owned else g.to(self.device, copy=True)
         norm = 0.0
         if self.layer.ppo.max_grad_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.layer.ppo.max_grad_norm))
@@ -236,7 +239,7 @@ class Learner:
                     mb, mb_chunks = tb, (index[sel], valid[sel])
                 terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"], mb_chunks,
                                    coefs.get("teacher_coeff", 0.0))
-                grad_norm = self._step(gradients(self.policy, terms.total, self.params), coefs["lr"])
+                grad_norm = self._step(gradients(self.policy, terms.total, self.params), coefs["lr"], owned=True)
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
@@ -416,8 +419,11 @@ class Learner:
                 "rng": self._rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
 
     def set_state(self, state: dict[str, Any]) -> int:
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        policy, converted = upgrade_image_encoders(state["policy"])
+        self.policy.load_state_dict(policy)
+        optimizer = copy.deepcopy(state["optimizer"]) if converted else state["optimizer"]
+        upgrade_moments(self.policy, optimizer, converted, state["policy"])
+        self.optimizer.load_state_dict(optimizer)
         if self.bonus is not None:
             self.bonus.restore(state.get("bonus", state))  # checkpoints before bonus plug-ins kept RND's at the top
         self.obs_stats = RunningStats.from_state(state["obs_stats"])

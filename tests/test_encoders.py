@@ -45,6 +45,61 @@ def test_hwc_and_chw_read_the_same_image():
     torch.testing.assert_close(chw_enc(img.reshape(3, -1)), hwc_enc(img.permute(0, 2, 3, 1).reshape(3, -1)))
 
 
+
+def _nchw_reference(enc: ImageEncoder, weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The encoder as it computed before its maps were flattened in (H, W, C) order."""
+    c, h, w = enc.chw
+    img = x.reshape(-1, h, w, c).permute(0, 3, 1, 2) if enc.channels_last else x.reshape(-1, c, h, w)
+    return enc.act(torch.nn.functional.linear(enc.convs(img).flatten(1), weight, bias))
+
+
+@pytest.mark.parametrize("chw,last,channels", [((4, 10, 10), True, (16,)), ((3, 12, 9), False, (8, 6))])
+def test_weights_saved_in_the_old_layout_compute_what_they_did(chw, last, channels):
+    torch.manual_seed(0)
+    enc = ImageEncoder(chw, last, channels, 32)
+    old = {k: v for k, v in enc.state_dict().items() if not k.startswith("dense.")}
+    old["linear.weight"] = torch.randn_like(enc.dense.weight) * 0.05  # columns in (C, H, W) order
+    old["linear.bias"] = torch.randn_like(enc.dense.bias)
+    x = torch.rand(5, int(np.prod(chw)))
+    fresh = ImageEncoder(chw, last, channels, 32)
+    fresh.load_state_dict(old)  # strict: the old keys are converted, not left over
+    torch.testing.assert_close(fresh(x), _nchw_reference(enc, old["linear.weight"], old["linear.bias"], x))
+    # A new-layout state dict loads as it is.
+    again = ImageEncoder(chw, last, channels, 32)
+    again.load_state_dict(fresh.state_dict())
+    torch.testing.assert_close(again(x), fresh(x))
+
+
+def test_an_old_layout_checkpoint_fits_the_network_and_resumes_with_its_moments():
+    from hdppo.platform.checkpoint import policy_mismatch
+    from hdppo.policies.networks import upgrade_image_encoders, upgrade_moments
+
+    enc = {"kind": "cnn", "chw": (4, 10, 10), "channels_last": True, "channels": [8], "features": 16}
+    net = ActorCritic(400, gym.spaces.Discrete(3), (16,), encoder=enc)
+    opt = torch.optim.Adam(net.parameters())
+    obs = torch.rand(4, 400)
+    (net.log_prob_entropy(obs, torch.zeros(4, 1))[0].sum() + net.value(obs).sum()).backward()
+    opt.step()
+    new = net.state_dict()
+    dense = [k for k in new if k.endswith("dense.weight")]
+    assert len(dense) == 2  # the actor's and the critic's encoders
+    # The same checkpoint as it would have been written before: 'linear', columns in (C, H, W) order.
+    to_old = lambda t: t.reshape(t.shape[0], 8 * 8, 8).transpose(1, 2).reshape(t.shape[0], -1)  # noqa: E731
+    old = {k.replace("dense.", "linear."): (to_old(v) if k in dense else v) for k, v in new.items()}
+    assert policy_mismatch(old, {k: list(v.shape) for k, v in new.items()}) is None
+    converted, keys = upgrade_image_encoders(old)
+    assert sorted(keys) == sorted(dense)
+    for k in new:
+        torch.testing.assert_close(converted[k], new[k])
+    index = {n: i for i, (n, _) in enumerate(net.named_parameters())}
+    opt_old = opt.state_dict()
+    for k in dense:
+        for m in ("exp_avg", "exp_avg_sq"):
+            opt_old["state"][index[k]][m] = to_old(opt_old["state"][index[k]][m])
+    upgrade_moments(net, opt_old, keys, old)
+    for k in dense:
+        for m in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt_old["state"][index[k]][m], opt.state_dict()["state"][index[k]][m])
 @pytest.mark.parametrize("space", [gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,))], ids=["discrete", "box"])
 def test_cnn_actor_critic_acts_and_scores(space):
     enc = {"kind": "cnn", "chw": (5, 13, 13), "channels_last": True, "channels": [8, 8], "features": 32}
