@@ -73,7 +73,8 @@ class Batch:
 
     def to_torch(self) -> "TorchBatch":
         """What the loss reads, as tensors (the ids stay behind: they never enter a minibatch)."""
-        return TorchBatch(**{f.name: torch.as_tensor(getattr(self, f.name)) for f in fields(TorchBatch)})
+        return TorchBatch(**{f.name: torch.as_tensor(getattr(self, f.name)) for f in fields(TorchBatch)
+                             if f.name != "prox_logp"})
 
 
 @dataclass
@@ -91,11 +92,15 @@ class TorchBatch:
     hidden: torch.Tensor
     first: torch.Tensor
     teacher: torch.Tensor
+    # Decoupled PPO (ppo.decoupled): the log-probabilities of the learner's policy at the update's
+    # start, the centre of the clip when the samples were collected by older weights.
+    prox_logp: Optional[torch.Tensor] = None
 
     def take(self, idx: torch.Tensor) -> "TorchBatch":
         # index_select, not t[idx]: on CPU advanced indexing of a [B, D] tensor is about 3x slower
         # (a 512-row minibatch of battle_v4's 845-value observations: 5.2 ms against 1.7 ms).
-        return TorchBatch(**{f.name: getattr(self, f.name).index_select(0, idx) for f in fields(self)})
+        return TorchBatch(**{f.name: None if (t := getattr(self, f.name)) is None else t.index_select(0, idx)
+                             for f in fields(self)})
 
 
 @dataclass

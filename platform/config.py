@@ -233,6 +233,10 @@ class PPOConfig(_Strict):
     minibatch_size: int = Field(512, ge=1, description="Samples per SGD step.")
     target_kl: Optional[float] = Field(None, gt=0.0, description="Stop the epochs early when approx KL exceeds this.")
     normalize_advantages: bool = Field(True, description="Standardise advantages over the train batch.")
+    decoupled: bool = Field(
+        False, description="Decoupled PPO (Hilton et al. 2022): samples collected by older weights (pipeline, soft, "
+        "async) are clipped around the learner's policy at the update's start, not the policy that acted, and "
+        "each one's surrogate is weighted by the ratio of the two. Fresh samples are unaffected.")
     bounds_loss_coeff: float = Field(
         0.0, ge=0.0, description="Box actions: coeff times the squared distance by which the Gaussian's mean "
         "lies outside the action bounds (in units of the half-range), as rl_games' bounds loss. The env gets "

@@ -25,7 +25,7 @@ from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from .messages import Accounting, GradientResult, UpdateResult
 from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
-from ..policies.networks import make_policy, sequence_chunks, upgrade_image_encoders, upgrade_moments
+from ..policies.networks import make_policy, precision_context, sequence_chunks, upgrade_image_encoders, upgrade_moments
 from ..policies.normalizers import RunningStats
 from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
 from ..policies.schedules import linear
@@ -117,7 +117,11 @@ class Learner:
         on the learner's device), used as they are; otherwise (mode dppo: the workers' gradients,
         on CPU, which gradient clipping would scale in place) copied first."""
         for g_param, g in zip(self.params, grads):
-            g_param.grad = g if owned else g.to(self.device, copy=True)
+            g = g if owned else g.to(self.device, copy=True)
+            # Fused Adam reads a gradient's memory in its parameter's order whatever the gradient's
+            # strides (torch 2.13, CPU): a conv's channels-last gradient would update the wrong
+            # weights. Such a gradient is made contiguous, as the parameters are.
+            g_param.grad = g if g.stride() == g_param.stride() else g.contiguous()
         norm = 0.0
         if self.layer.ppo.max_grad_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.layer.ppo.max_grad_norm))
@@ -228,6 +232,8 @@ class Learner:
         if chunks is not None:  # a recurrent layer: minibatches of whole chunks, indexing the whole batch
             index, valid = (torch.as_tensor(c, device=self.device) for c in chunks)
             k = min(k, len(index))
+        if self.layer.ppo.decoupled and bool((lags > 0).any()):
+            tb = dataclasses.replace(tb, prox_logp=self._proximal_logp(tb, None if chunks is None else (index, valid)))
         logs: list[dict[str, float]] = []
         for _ in range(self.layer.ppo.num_epochs):
             epoch_kl = []
@@ -254,6 +260,22 @@ class Learner:
             out[M.LOSS_RND] = self.bonus.train(tb.obs.cpu(), self.layer.ppo.num_epochs, k, self._rng)  # RND stays on CPU
             self.publish()
         return result
+
+    def _proximal_logp(self, tb, chunks: tuple | None) -> torch.Tensor:
+        """Decoupled PPO's proximal policy: the log-probability of every sample's action under the
+        weights at the update's start (before its first step), in minibatch-sized pieces."""
+        size = self.layer.ppo.minibatch_size
+        with torch.no_grad(), precision_context(self.precision, self.device.type):
+            if chunks is None:
+                return torch.cat([self.policy.log_prob_entropy(tb.obs[i:i + size], tb.actions[i:i + size],
+                                                               tb.masks[i:i + size])[0].float()
+                                  for i in range(0, len(tb.obs), size)])
+            index, valid = chunks  # recurrent: each chunk replayed from its stored hidden state
+            logp_s = self.policy.replay(tb.obs[index], tb.hidden[index[:, 0]], tb.first[index], tb.actions[index],
+                                        tb.masks[index], tb.critic_obs[index])[0].float()
+            out = tb.logp.clone()
+            out[index[valid]] = logp_s[valid]
+            return out
 
     def _central_agreement(self, rollouts: tuple, adv_mean: float, adv_std: float, entropy_coeff: float) -> float | None:
         """Mean pairwise cosine of the workers' gradients at the update's start weights, each on

@@ -259,6 +259,7 @@ class ImageEncoder(nn.Module):
         # 'dense', not 'linear': its columns are in the maps' (H, W, C) order. Weights saved
         # before that (as 'linear', columns in (C, H, W) order) are converted on loading.
         self.dense = _layer(c * h * w, int(features), math.sqrt(2))
+        self.map_channels = c
         self.act = _ACTIVATIONS[activation]()
         self.features = int(features)
         self.register_load_state_dict_pre_hook(_upgrade_on_load)
@@ -279,8 +280,12 @@ class ImageEncoder(nn.Module):
         # flattened in (C, H, W) order (256 rows, one thread, float32 and bfloat16 alike).
         img = (img.reshape(-1, h, w, c).permute(0, 3, 1, 2) if self.channels_last
                else img.reshape(-1, c, h, w).contiguous(memory_format=torch.channels_last))
-        maps = self.convs[:-1](img)
-        z = self.act(self.dense(self.convs[-1](maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1))))
+        if len(self.convs):
+            maps = self.convs[:-1](img)
+            feats = self.convs[-1](maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1))
+        else:  # an image smaller than one kernel: read as it is
+            feats = img.permute(0, 2, 3, 1).reshape(img.shape[0], -1)
+        z = self.act(self.dense(feats))
         out = torch.cat([z, flat[:, self.pixels:]], dim=-1) if flat.shape[-1] > self.pixels else z
         return out.reshape(list(lead) + [out.shape[-1]])  # a list, as TorchScript needs
 
@@ -331,11 +336,8 @@ def _hwc_columns(weight: torch.Tensor, channels: int) -> torch.Tensor:
 def _upgrade_on_load(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
     """load_state_dict pre-hook of :class:`ImageEncoder`: weights in the old layout, converted."""
     if prefix + "linear.weight" in state_dict and prefix + "dense.weight" not in state_dict:
-        mine = {k: v for k, v in state_dict.items() if k.startswith(prefix)}
-        new, _ = upgrade_image_encoders(mine)
-        for k in mine:
-            del state_dict[k]
-        state_dict.update(new)
+        state_dict[prefix + "dense.weight"] = _hwc_columns(state_dict.pop(prefix + "linear.weight"), module.map_channels)
+        state_dict[prefix + "dense.bias"] = state_dict.pop(prefix + "linear.bias")
 
 
 class ItemAttention(nn.Module):

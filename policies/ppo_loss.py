@@ -20,16 +20,21 @@ def _mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
 
 
 def clipped_policy_loss(
-    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float, weight: torch.Tensor | None = None
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float, weight: torch.Tensor | None = None,
+    is_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Clipped surrogate loss (to minimise), fraction of clipped ratios, and approximate KL.
 
     The KL estimate is Schulman's low-variance k3, ``(r - 1) - log r``
-    (http://joschu.net/blog/kl-approx.html), as CleanRL logs it.
+    (http://joschu.net/blog/kl-approx.html), as CleanRL logs it. Decoupled PPO (Hilton et al.
+    2022, arXiv:2110.00641) passes the proximal policy's log-probabilities as ``old_logp`` and
+    ``is_weight`` = proximal / behaviour probability, which scales each sample's surrogate.
     """
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
+    if is_weight is not None:
+        surrogate = is_weight * surrogate
     loss = -_mean(surrogate, weight)
     with torch.no_grad():
         clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
@@ -104,10 +109,12 @@ def ppo_loss(
     vf_coeff: float,
     entropy_coeff: float,
     weight: torch.Tensor | None = None,
+    is_weight: torch.Tensor | None = None,
 ) -> LossTerms:
     """Total loss = policy + vf_coeff * value - entropy_coeff * entropy (all minibatch means,
-    each sample scaled by ``weight`` when given)."""
-    pg, clipfrac, kl = clipped_policy_loss(logp, old_logp, adv, clip, weight)
+    each sample scaled by ``weight`` when given; the policy term also by ``is_weight``, decoupled
+    PPO's importance ratio, when given)."""
+    pg, clipfrac, kl = clipped_policy_loss(logp, old_logp, adv, clip, weight, is_weight)
     vl = clipped_value_loss(values, old_values, returns, value_clip, weight)
     ent = _mean(entropy, weight)
     total = pg + vf_coeff * vl - entropy_coeff * ent

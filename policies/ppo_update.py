@@ -44,8 +44,12 @@ def _minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *,
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
     # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
     weight = mb.weights if bool((mb.weights != 1).any()) else None
-    terms = ppo_loss(logp, mb.logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
-                     value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight)
+    old_logp, is_weight = mb.logp, None
+    if mb.prox_logp is not None:  # decoupled PPO: clip around the update's start, reweight by start / behaviour
+        old_logp, is_weight = mb.prox_logp, (mb.prox_logp - mb.logp).exp()
+    terms = ppo_loss(logp, old_logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
+                     value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight,
+                     is_weight=is_weight)
     if teacher_coeff > 0.0 and chunks is None and mb.teacher.shape[-1]:
         t_logp, _ = policy.log_prob_entropy(mb.obs, mb.teacher, mb.masks)
         terms.teacher = teacher_nll(t_logp, weight)

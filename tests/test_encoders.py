@@ -50,10 +50,11 @@ def _nchw_reference(enc: ImageEncoder, weight: torch.Tensor, bias: torch.Tensor,
     """The encoder as it computed before its maps were flattened in (H, W, C) order."""
     c, h, w = enc.chw
     img = x.reshape(-1, h, w, c).permute(0, 3, 1, 2) if enc.channels_last else x.reshape(-1, c, h, w)
-    return enc.act(torch.nn.functional.linear(enc.convs(img).flatten(1), weight, bias))
+    return enc.act(torch.nn.functional.linear(enc.convs(img).flatten(1), weight, bias))  # an empty Sequential: identity
 
 
-@pytest.mark.parametrize("chw,last,channels", [((4, 10, 10), True, (16,)), ((3, 12, 9), False, (8, 6))])
+@pytest.mark.parametrize("chw,last,channels", [((4, 10, 10), True, (16,)), ((3, 12, 9), False, (8, 6)),
+                                               ((3, 2, 2), True, (8,))])  # the last: no conv fits
 def test_weights_saved_in_the_old_layout_compute_what_they_did(chw, last, channels):
     torch.manual_seed(0)
     enc = ImageEncoder(chw, last, channels, 32)
@@ -368,3 +369,33 @@ def test_set_encoder_errors_name_the_field():
     cfg = validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "set", "set_features": 3}}]))
     with pytest.raises(ConfigError, match="policy.set_features"):
         probe_env(cfg, 0)  # CartPole: 2 items of 3 values need 6, it has 4
+
+
+def test_the_learner_steps_a_conv_on_its_channels_last_gradient_as_adam_does():
+    """The CNN's conv weights get channels-last gradients; fused Adam (the learner's) would read
+    them in the wrong order. One learner step must equal plain Adam on the same gradient."""
+    import copy
+
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+    from hdppo.policies.ppo_update import gradients
+
+    enc = {"kind": "cnn", "chw": (4, 10, 10), "channels_last": True, "channels": [8], "features": 16}
+    cfg = validate(tiny_config(layers=[{"policy": {"encoder": "cnn", "cnn_channels": [8], "cnn_features": 16,
+                                                   "image_shape": [10, 10, 4]}}]))
+    learner = Learner(cfg, "control", 400, gym.spaces.Discrete(3), ParameterService(), encoder=enc)
+    reference = copy.deepcopy(learner.policy)
+    obs = torch.rand(32, 400)
+    loss = lambda net: (net.log_prob_entropy(obs, torch.ones(32, 1))[0].sum() + net.value(obs).sum())  # noqa: E731
+    grads = gradients(learner.policy, loss(learner.policy), learner.params)
+    conv = [g for (name, _), g in zip(learner.policy.named_parameters(), grads) if name.endswith("convs.0.weight")]
+    assert conv and not conv[0].is_contiguous()   # what the layout gives: the case under test
+    learner._step(grads, 1e-2, owned=True)
+    ref_opt = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5)
+    ref_grads = gradients(reference, loss(reference))
+    for p, g in zip(reference.parameters(), ref_grads):
+        p.grad = g.contiguous()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.layers[0].ppo.max_grad_norm)
+    ref_opt.step()
+    for (name, p), q in zip(learner.policy.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, msg=name)

@@ -35,3 +35,39 @@ def test_pipelined_training_learns_with_staleness_one(tmp_path, backend, request
 def test_pipeline_needs_a_lag_of_at_least_one():
     with pytest.raises(ConfigError, match="pipeline needs"):
         _cfg(pipeline=True, max_lag=0)
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_decoupled_ppo_clips_stale_samples_around_the_update_start(decoupled):
+    """With ppo.decoupled, samples from older weights are clipped around the learner's policy at
+    the update's start: the first step's ratios are exactly 1 (no KL, nothing clipped), where
+    plain PPO measures them against the policy that acted. Fresh samples are not touched."""
+    import gymnasium as gym
+    import numpy as np
+
+    from hdppo.platform.batch import Batch, Rollout, RolloutStats
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+
+    cfg = validate(tiny_config(layers=[{"ppo": {"minibatch_size": 256, "num_epochs": 1, "decoupled": decoupled}}]))
+    learner = Learner(cfg, "control", 4, gym.spaces.Discrete(2), ParameterService())
+    rng = np.random.default_rng(0)
+
+    def rollout(version: int) -> Rollout:
+        n = 256  # one minibatch: its metrics are those of the first step, before the weights move
+        batch = Batch(rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 2, (n, 1)).astype(np.float32),
+                      np.log(rng.uniform(0.05, 0.95, n)).astype(np.float32),  # a behaviour policy far from the learner's
+                      np.zeros(n, np.float32), rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32),
+                      versions=np.full(n, version, np.int64))
+        return Rollout(batch, RolloutStats(worker=0, version=version, env_steps=n, sample_s=0.0, num_samples=n,
+                                           adv_sum=float(batch.advantages.sum()),
+                                           adv_sumsq=float((batch.advantages.astype(np.float64) ** 2).sum())))
+
+    fresh = learner.update_central(rollout(learner.version)).metrics
+    stale = learner.update_central(rollout(learner.version - 1)).metrics
+    assert stale[M.PERF_MAX_STALENESS] == 1.0 and fresh[M.PERF_MAX_STALENESS] == 0.0
+    assert fresh[M.LOSS_CLIPFRAC] > 0.3          # fresh samples: plain PPO either way
+    if decoupled:
+        assert abs(stale[M.LOSS_APPROX_KL]) < 1e-6 and stale[M.LOSS_CLIPFRAC] == 0.0
+    else:
+        assert stale[M.LOSS_CLIPFRAC] > 0.3

@@ -66,3 +66,20 @@ def test_explained_variance_from_worker_sums_matches_direct():
                                   res_sum=res.sum(), res_sumsq=(res**2).sum()))
     direct = explained_variance(torch.as_tensor(val), torch.as_tensor(ret))
     assert explained_variance_of(parts) == pytest.approx(direct, rel=1e-6)
+
+
+def test_decoupled_objective_clips_around_the_proximal_policy_and_reweights():
+    """Decoupled PPO: the ratio is to the proximal policy and the surrogate is scaled by
+    proximal / behaviour; with the proximal policy equal to the behaviour it is plain PPO."""
+    logp = torch.tensor([-1.0, -0.5, -2.0], requires_grad=True)
+    behaviour = torch.tensor([-1.5, -0.2, -2.0])
+    prox = torch.tensor([-1.1, -0.45, -1.7])
+    adv = torch.tensor([1.0, -2.0, 0.5])
+    loss, clipfrac, _ = clipped_policy_loss(logp, prox, adv, 0.2, is_weight=(prox - behaviour).exp())
+    r = (logp - prox).exp()
+    by_hand = -((prox - behaviour).exp() * torch.min(r * adv, r.clamp(0.8, 1.2) * adv)).mean()
+    torch.testing.assert_close(loss, by_hand)
+    assert float(clipfrac) == pytest.approx(1 / 3)   # -1.7 -> -2.0 only: ratio 0.74
+    plain, _, _ = clipped_policy_loss(logp, behaviour, adv, 0.2)
+    same, _, _ = clipped_policy_loss(logp, behaviour, adv, 0.2, is_weight=torch.ones(3))
+    torch.testing.assert_close(plain, same)
