@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +28,7 @@ from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
 from ..policies.networks import make_policy, precision_context, sequence_chunks, upgrade_image_encoders, upgrade_moments
 from ..policies.normalizers import RunningStats
-from ..policies.ppo_update import average_gradients, gradients, minibatch_loss, quality_weights
+from ..policies.ppo_update import average_gradients, gradients, minibatch_gradients, minibatch_loss, quality_weights
 from ..policies.schedules import linear
 from ..policies.staleness import staleness_weights
 from ..policies.teacher_replay import TeacherReplay
@@ -62,6 +63,9 @@ class Learner:
         # eps=1e-5 as in the PPO2 baseline and CleanRL (PyTorch's default 1e-8 differs). Fused:
         # one kernel for all parameters instead of a Python loop over them (same maths).
         self.optimizer = torch.optim.Adam(self.params, lr=self.layer.ppo.lr, eps=1e-5, fused=True)
+        # learner.critic_thread: the critic's half of each minibatch on a thread of its own.
+        self._critic_pool = (ThreadPoolExecutor(1, thread_name_prefix=f"critic-{self.layer.name}")
+                             if cfg.learner_of(self.layer.name).critic_thread else None)
         # The learner side of the layer's exploration bonus, if it has one (RND's predictor).
         bonus = make_bonus(self.layer.exploration, obs_dim, self.layer.name)
         self.bonus = bonus if bonus is not None and bonus.learned else None
@@ -134,16 +138,20 @@ class Learner:
                 self.policy.log_std.clamp_(*bounds)
         return norm
 
-    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None,
-              teacher_coeff: float = 0.0):
+    def _loss_settings(self, n: int, entropy_coeff: float, chunks: tuple | None, teacher_coeff: float) -> dict:
+        """minibatch_loss's keyword arguments for a minibatch of ``n`` samples."""
         p = self.layer.ppo
         replay = None
         if self.teacher_replay is not None and self.teacher_replay.size and teacher_coeff > 0.0 and chunks is None:
-            replay = tuple(torch.from_numpy(c).to(self.device) for c in self.teacher_replay.sample(len(tb.obs), self._rng))
-        return minibatch_loss(self.policy, tb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
-                              vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
-                              chunks=chunks, teacher_coeff=teacher_coeff, bounds_coeff=p.bounds_loss_coeff,
-                              replay=replay, precision=self.precision)
+            replay = tuple(torch.from_numpy(c).to(self.device) for c in self.teacher_replay.sample(n, self._rng))
+        return dict(clip=p.clip, value_clip=p.value_clip, vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff,
+                    normalize=p.normalize_advantages, chunks=chunks, teacher_coeff=teacher_coeff,
+                    bounds_coeff=p.bounds_loss_coeff, replay=replay, precision=self.precision)
+
+    def _loss(self, tb, adv_mean: float, adv_std: float, entropy_coeff: float, chunks: tuple | None = None,
+              teacher_coeff: float = 0.0):
+        return minibatch_loss(self.policy, tb, adv_mean, adv_std,
+                              **self._loss_settings(len(tb.obs), entropy_coeff, chunks, teacher_coeff))
 
     def _chunks(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """A recurrent layer's batch as chunks of ``policy.seq_len`` consecutive decisions of one
@@ -243,9 +251,10 @@ class Learner:
                 else:
                     sel = torch.as_tensor(idx, device=self.device)
                     mb, mb_chunks = tb, (index[sel], valid[sel])
-                terms = self._loss(mb, adv_mean, adv_std, coefs["entropy_coeff"], mb_chunks,
-                                   coefs.get("teacher_coeff", 0.0))
-                grad_norm = self._step(gradients(self.policy, terms.total, self.params), coefs["lr"], owned=True)
+                terms, grads = minibatch_gradients(
+                    self.policy, mb, adv_mean, adv_std, self.params, pool=self._critic_pool,
+                    **self._loss_settings(len(mb.obs), coefs["entropy_coeff"], mb_chunks, coefs.get("teacher_coeff", 0.0)))
+                grad_norm = self._step(grads, coefs["lr"], owned=True)
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):

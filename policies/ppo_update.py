@@ -2,10 +2,12 @@
 rollout workers (mode ``dppo``), so that both modes compute exactly the same thing."""
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import torch
 
 from .networks import ActorCritic, precision_context
-from .ppo_loss import LossTerms, normalize_advantages, ppo_loss, teacher_nll
+from .ppo_loss import LossTerms, clipped_value_loss, normalize_advantages, ppo_loss, teacher_nll
 
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
@@ -26,10 +28,66 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
                                teacher_coeff=teacher_coeff, bounds_coeff=bounds_coeff, replay=replay)
 
 
+def minibatch_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, params: list[torch.Tensor], *,
+                        pool=None, precision: str = "fp32", **loss) -> tuple[LossTerms, list[torch.Tensor]]:
+    """:func:`minibatch_loss`'s terms and the gradient of their total with respect to ``params``
+    (every parameter of ``policy``, in its order). With ``pool`` (an executor of one thread) and a
+    policy whose critic shares no parameter with its actor, the critic's forward and backward run
+    on the pool's thread while the actor's run on this one: two autograd graphs at once, the heavy
+    operators releasing the GIL. The gradient is the same; the terms too (the value loss counted
+    in ``total`` for the record, its gradient taken on the other thread)."""
+    critic = _separate_critic(policy) if pool is not None and loss.get("chunks") is None else None
+    if critic is None:
+        terms = minibatch_loss(policy, mb, adv_mean, adv_std, precision=precision, **loss)
+        return terms, gradients(policy, terms.total, params)
+    values = Future()  # set by the other thread after its forward pass, before its backward
+    future = pool.submit(_critic_gradients, policy, mb, critic, precision, loss["value_clip"], loss["vf_coeff"], values)
+    try:
+        with precision_context(precision, mb.obs.device.type):
+            terms = _minibatch_loss(policy, mb, adv_mean, adv_std, values=values.result, **loss)
+        critic_ids = {id(c) for c in critic}
+        actor = [p for p in params if id(p) not in critic_ids]
+        by_param = dict(zip(map(id, actor), gradients(policy, terms.total, actor)))
+    finally:
+        critic_grads = future.result()  # never leave the other thread running on this minibatch
+    by_param.update(zip(map(id, critic), critic_grads))
+    return terms, [by_param[id(p)] for p in params]
+
+
+def _separate_critic(policy) -> list[torch.Tensor] | None:
+    """The critic's parameters when they are disjoint from the rest of ``policy``, else None."""
+    critic = getattr(policy, "critic", None)
+    if not isinstance(critic, torch.nn.Module) or getattr(policy, "recurrent", False):
+        return None
+    mine = {id(p) for p in critic.parameters()}
+    rest = [p for name, p in policy.named_parameters() if not name.startswith("critic.")]
+    return list(critic.parameters()) if mine and not any(id(p) in mine for p in rest) else None
+
+
+def _critic_gradients(policy, mb, critic: list[torch.Tensor], precision: str, value_clip: float | None,
+                      vf_coeff: float, ready: Future) -> list[torch.Tensor]:
+    """d (vf_coeff * value loss) / d critic on the calling thread (autocast is per thread, so the
+    precision is entered here); the values, detached, go to ``ready`` as soon as they exist."""
+    try:
+        with precision_context(precision, mb.obs.device.type):
+            values = policy.value(mb.obs, mb.critic_obs)
+    except BaseException as e:
+        ready.set_exception(e)
+        raise
+    ready.set_result(values.detach())
+    vl = clipped_value_loss(values, mb.values, mb.returns, value_clip, _loss_weight(mb))
+    return gradients(policy, vf_coeff * vl, critic)
+
+
+def _loss_weight(mb) -> torch.Tensor | None:
+    # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
+    return mb.weights if bool((mb.weights != 1).any()) else None
+
+
 def _minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
                     value_clip: float | None, vf_coeff: float, entropy_coeff: float, normalize: bool,
                     chunks: tuple | None, teacher_coeff: float, bounds_coeff: float,
-                    replay: tuple | None) -> LossTerms:
+                    replay: tuple | None, values=None) -> LossTerms:
     if chunks is not None:
         index, valid = chunks
         logp_s, ent_s, v_s = policy.replay(mb.obs[index], mb.hidden[index[:, 0]], mb.first[index], mb.actions[index],
@@ -40,10 +98,10 @@ def _minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *,
         # The bounds loss reads the Box mean of the same forward pass (no second actor pass).
         bounded = bounds_coeff > 0.0 and policy.head.kind == "box"
         logp, entropy, *mean = policy.log_prob_entropy(mb.obs, mb.actions, mb.masks, with_mean=bounded)
-        values = policy.value(mb.obs, mb.critic_obs)
+        # ``values``: a callable giving them computed elsewhere, detached (minibatch_gradients).
+        values = policy.value(mb.obs, mb.critic_obs) if values is None else values()
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
-    # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
-    weight = mb.weights if bool((mb.weights != 1).any()) else None
+    weight = _loss_weight(mb)
     old_logp, is_weight = mb.logp, None
     if mb.prox_logp is not None:  # decoupled PPO: clip around the update's start, reweight by start / behaviour
         old_logp, is_weight = mb.prox_logp, (mb.prox_logp - mb.logp).exp()

@@ -1,5 +1,7 @@
 """learner.precision 'bf16': the update's forward passes under bfloat16 autocast, the output layer
 and the loss in float32; close to the float32 gradient, and a CNN policy still learns with it."""
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -65,8 +67,11 @@ def test_bf16_gradient_is_close_to_float32():
     assert abs(float(b.norm() / a.norm()) - 1) < 0.05
 
 
-def test_cnn_policy_learns_with_bf16(tmp_path):
-    summary = Trainer(validate(_lit_side("bf16")), tmp_path / "run", quiet=True).train()
+@pytest.mark.parametrize("critic_thread", [False, True])
+def test_cnn_policy_learns_with_bf16(tmp_path, critic_thread):
+    cfg = _lit_side("bf16", sync="pipeline") if critic_thread else _lit_side("bf16")
+    cfg["layers"][0]["learner"]["critic_thread"] = critic_thread
+    summary = Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
     assert summary["eval_return_mean"] >= 17  # max 20; random play about 10 (as in test_encoders)
 
 
@@ -90,3 +95,43 @@ def test_precision_is_validated():
     with pytest.raises(ConfigError, match="not supported with policy.encoder 'gru'"):
         validate(grouped)
     assert validate(tiny_config()).learner_of("control").precision == "fp32"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("kind", ["mlp_box", "cnn_discrete", "central_critic"])
+def test_the_critic_thread_gives_the_same_terms_and_gradient(precision, kind):
+    """learner.critic_thread: the critic's forward and backward on another thread, the actor's on
+    this one; the gradient and the loss terms are those of the one-thread minibatch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hdppo.platform.batch import Batch
+    from hdppo.policies.networks import ActorCritic
+    from hdppo.policies.ppo_update import minibatch_gradients
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    n, critic_dim, encoder = 64, None, None
+    if kind == "cnn_discrete":
+        space, obs_dim = gym.spaces.Discrete(3), 100
+        encoder = {"kind": "cnn", "chw": (4, 5, 5), "channels_last": True, "channels": [8], "features": 16}
+        actions = rng.integers(0, 3, (n, 1)).astype(np.float32)
+    else:
+        space, obs_dim = gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 6
+        actions = rng.normal(size=(n, 2)).astype(np.float32)
+        critic_dim = 9 if kind == "central_critic" else None
+    net = ActorCritic(obs_dim, space, (16, 16), encoder=encoder, critic_dim=critic_dim)
+    f = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
+    batch = Batch(f(n, obs_dim), actions, f(n) - 1.0, f(n), f(n), f(n),
+                  critic_obs=f(n, critic_dim) if critic_dim else None, weights=rng.uniform(0.5, 1.0, n).astype(np.float32))
+    tb = batch.to_torch()
+    params = list(net.parameters())
+    loss = dict(clip=0.2, value_clip=0.2, vf_coeff=0.5, entropy_coeff=0.01, normalize=True, chunks=None,
+                teacher_coeff=0.0, bounds_coeff=0.1, replay=None, precision=precision)
+    one, g_one = minibatch_gradients(net, tb, 0.1, 1.2, params, **loss)
+    with ThreadPoolExecutor(1) as pool:
+        two, g_two = minibatch_gradients(net, tb, 0.1, 1.2, params, pool=pool, **loss)
+    for a, b in zip(g_one, g_two):
+        torch.testing.assert_close(a, b)
+    for name in ("total", "policy", "value", "entropy", "approx_kl", "clipfrac", "bounds"):
+        torch.testing.assert_close(getattr(one, name), getattr(two, name), msg=name)
+    assert any(float(g.abs().sum()) > 0 for g in g_two[-2:])  # the critic's gradient is there
