@@ -303,9 +303,7 @@ def upgrade_image_encoders(state: dict) -> tuple[dict, list[str]]:
         return state, []
     out = dict(state)
     for p in old:
-        channels = state[_last_conv_weight(state, p)].shape[0]
-        out[p + "dense.weight"] = _hwc_columns(out.pop(p + "linear.weight"), channels)
-        out[p + "dense.bias"] = out.pop(p + "linear.bias")
+        _convert_encoder(out, p, state[_last_conv_weight(state, p)].shape[0])
     return out, [p + "dense.weight" for p in old]
 
 
@@ -333,11 +331,17 @@ def _hwc_columns(weight: torch.Tensor, channels: int) -> torch.Tensor:
     return weight.reshape(f, channels, -1).transpose(1, 2).reshape(f, -1).contiguous()
 
 
+def _convert_encoder(state: dict, prefix: str, channels: int) -> None:
+    """In place: the encoder at ``prefix``'s ``linear`` weights as ``dense`` ones (see upgrade_image_encoders)."""
+    state[prefix + "dense.weight"] = _hwc_columns(state.pop(prefix + "linear.weight"), channels)
+    state[prefix + "dense.bias"] = state.pop(prefix + "linear.bias")
+
+
 def _upgrade_on_load(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """load_state_dict pre-hook of :class:`ImageEncoder`: weights in the old layout, converted."""
+    """load_state_dict pre-hook of :class:`ImageEncoder`: weights in the old layout, converted
+    (the module knows its channel count, so an encoder without convs is converted too)."""
     if prefix + "linear.weight" in state_dict and prefix + "dense.weight" not in state_dict:
-        state_dict[prefix + "dense.weight"] = _hwc_columns(state_dict.pop(prefix + "linear.weight"), module.map_channels)
-        state_dict[prefix + "dense.bias"] = state_dict.pop(prefix + "linear.bias")
+        _convert_encoder(state_dict, prefix, module.map_channels)
 
 
 class ItemAttention(nn.Module):
