@@ -20,6 +20,13 @@ def call_service(service: Any, method: str, *args: Any) -> Any:
     return getattr(service, method)(*args)
 
 
+def concurrency_group(name: str) -> Any:
+    """Mark an actor method to run in concurrency group ``name`` (on a thread of its own, beside
+    the methods of the default group, which still run one at a time and in order). The class
+    lists its groups in ``CONCURRENCY_GROUPS``; in-process the mark does nothing."""
+    return ray.method(concurrency_group=name)
+
+
 class Failed:
     """A call that raised, kept until someone asks for its result (the local backend's future)."""
 
@@ -84,7 +91,9 @@ class RayBackend:
             opts["num_gpus"] = num_gpus
         if name:
             opts["name"] = name
-        return ray.remote(cls).options(**opts).remote(*args)
+        groups = getattr(cls, "CONCURRENCY_GROUPS", None)  # Ray takes them at decoration, not in options()
+        remote = ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls)
+        return remote.options(**opts).remote(*args)
 
     def call(self, handle: Any, method: str, *args: Any) -> Any:
         return getattr(handle, method).remote(*args)

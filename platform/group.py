@@ -25,7 +25,7 @@ from .batch import no_ids
 from .config import Config, GroupSpec
 from .devices import resolve_device
 from .errors import HdppoError, RayStartError
-from .learner import Learner
+from .learner import Learner, restore_tensors
 from .messages import Accounting, UpdateResult
 from .rollout_worker import LOST_IDS, RolloutWorker
 from .sync_modes import Call, Source, make_sync_mode, sync_mode_class
@@ -125,7 +125,9 @@ class DPPOGroup:
                 f"({learner_cpus} CPUs each) could not all be placed within {PLACEMENT_TIMEOUT_S}s on a cluster with "
                 f"{total_cpus} CPUs{_gpu_note(cfg, self.devices)}. Lower layers[].dppo.num_workers or dppo.worker_cpus, "
                 "or add nodes.")
-        backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
+        answers = backend.get(pings)  # re-raises an actor's construction error (a broken env, say)
+        # Each learner's weights version as of the last update the trainer saw (see snapshot_calls).
+        self.versions: dict[str, int] = {name: c["version"] for name, c in zip(self.learners, answers[len(self.workers):])}
         self.env_steps = float(self.counters()["env_steps"])
 
     def _make_worker(self, index: int, uid: int) -> Any:
@@ -205,6 +207,7 @@ class DPPOGroup:
             result.metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall
             result.metrics[M.PERF_NUM_WORKERS] = float(len(self.workers))
         for layer, result in out.items():
+            self.versions[layer] = result.version
             if result.accounting is not None:
                 self._record(layer, result.accounting)
         self._updates += 1
@@ -360,12 +363,32 @@ class DPPOGroup:
         return self.resolve_state(self.state_calls())
 
     def state_calls(self) -> dict[str, Any]:
-        """The group's state, asked for now and not waited on (on Ray, object references). Each
-        actor answers its calls in order, so issued between updates it is the state after the
-        update just finished, whatever is issued later: the trainer keeps one per update."""
+        """The group's state, asked for now and not waited on (on Ray, object references); each
+        actor answers after the calls it already has."""
         b = self.backend
         return {"learners": {name: b.call(h, "get_state") for name, h in self.learners.items()},
                 "workers": [b.call(w, "get_state") for w in self.workers]}
+
+    def snapshot_calls(self) -> dict[str, Any]:
+        """The group's state after the update just logged, for a checkpoint taken later: each
+        worker is asked now (it answers after the rollout it is in, if any); each learner is
+        asked only when the checkpoint is taken (:meth:`resolve_snapshot`), for the copy it kept
+        at this version. Serialising a learner's state after every update cost it 5-6 ms of a 0.1
+        s update; keeping a copy costs about 1 ms."""
+        b = self.backend
+        return {"versions": dict(self.versions), "workers": [b.call(w, "get_state") for w in self.workers]}
+
+    def resolve_snapshot(self, snapshot: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
+        """The state of :meth:`snapshot_calls`. Each learner answers from a thread of its own
+        (``Learner.state_snapshot``), so even during an update it never finished (a stop that
+        abandoned it) it gives its state as of that snapshot."""
+        b = self.backend
+        learners = {name: b.call(h, "state_snapshot", snapshot["versions"][name]) for name, h in self.learners.items()}
+        return self.resolve_state({"learners": learners, "workers": snapshot["workers"]}, wait_s)
+
+    def load_weights(self, layer: str, state: dict[str, Any]) -> None:
+        """Start layer ``layer`` from another run's weights (``schedule.checkpoint``)."""
+        self.versions[layer] = self.backend.get(self.backend.call(self.learners[layer], "load_weights", state))
 
     def resolve_state(self, calls: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
         """The state of :meth:`state_calls`. With ``wait_s``, a worker that has not answered by then
@@ -378,12 +401,13 @@ class DPPOGroup:
         deadline = None if wait_s is None else time.monotonic() + wait_s
         workers = [b.get(f) if deadline is None or b.wait_all([f], timeout=max(deadline - time.monotonic(), 0.0))
                    else None for f in calls["workers"]]
-        return {"learners": {name: b.get(f) for name, f in calls["learners"].items()}, "workers": workers}
+        # A snapshot's tensors come as arrays (Learner.state_snapshot); a state is the same either way.
+        return {"learners": {name: restore_tensors(b.get(f)) for name, f in calls["learners"].items()}, "workers": workers}
 
     def set_state(self, state: dict[str, Any]) -> None:
         b = self.backend
         for name, h in self.learners.items():
-            b.get(b.call(h, "set_state", state["learners"][name]))
+            self.versions[name] = b.get(b.call(h, "set_state", state["learners"][name]))
         for w, ws in zip(self.workers, state["workers"]):
             if ws is not None:  # None: that worker's state was not saved (hdppo.platform.interrupts)
                 b.get(b.call(w, "set_state", ws))

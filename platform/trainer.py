@@ -153,7 +153,7 @@ class Trainer:
         self._checkpointed = False
         self.stop = StopRequest()
         self.phase = "setup"  # then "training", then "evaluation"
-        self._snapshot: dict[str, Any] | None = None  # on Ray: each group's state_calls() after the last update
+        self._snapshot: dict[str, Any] | None = None  # on Ray: each group's snapshot_calls() after the last update
         self._update_thread: threading.Thread | None = None
         # Per group: env steps offset (hdppo.platform.budget.levels) and its last update's steps.
         self._offsets: dict[str, float] = {}
@@ -304,13 +304,13 @@ class Trainer:
             if group is None:
                 self.fixed[layer.name].load_weights(states[layer.name])
             else:
-                self.backend.get(self.backend.call(group.learners[layer.name], "load_weights", states[layer.name]))
+                group.load_weights(layer.name, states[layer.name])
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, snapshot: dict[str, Any] | None = None, wait_s: float | None = None) -> dict[str, Any]:
         """The whole training state; from ``snapshot`` (:meth:`_take_snapshot`) rather than asked
         for now, if given (see DPPOGroup.resolve_state for ``wait_s``)."""
-        groups = {g.name: g.get_state() if snapshot is None else g.resolve_state(snapshot[g.name], wait_s)
+        groups = {g.name: g.get_state() if snapshot is None else g.resolve_snapshot(snapshot[g.name], wait_s)
                   for g in self.groups}
         return {"format": 2, "groups": groups,
                 "budget": {"offsets": dict(self._offsets), "increments": dict(self._increments)},
@@ -330,11 +330,12 @@ class Trainer:
         return path
 
     def _take_snapshot(self) -> None:
-        """On Ray, ask every group for its state now, between updates, without waiting: if a stop
-        then abandons the next update, the checkpoint is this state, the one after the last update
-        that was logged (its actors may never answer a call issued later)."""
+        """On Ray, note every group's state as it is now, between updates, without waiting: if a
+        stop then abandons the next update, the checkpoint is this state, the one after the last
+        update that was logged (the workers are asked now: one stuck in that update's rollout may
+        never answer a call issued later; the learners answer from a copy kept at this version)."""
         if self.backend.name == "ray":
-            self._snapshot = {g.name: g.state_calls() for g in self.groups}
+            self._snapshot = {g.name: g.snapshot_calls() for g in self.groups}
 
     def periodic_eval(self, update: int, step: int) -> float:
         """``train.eval_every``: deterministic episodes on the same env seeds each time (not the

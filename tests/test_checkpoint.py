@@ -4,6 +4,7 @@ import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -159,3 +160,66 @@ def test_one_trainer_per_run_dir(tmp_path):
     code = f"from hdppo.platform.trainer import lock_run_dir; lock_run_dir(__import__('pathlib').Path({str(tmp_path)!r})); import os; os._exit(9)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
     unlock_run_dir(lock_run_dir(tmp_path))
+
+
+def _assert_same_state(a, b, where="state"):
+    """Equal trees of tensors (values, dtype and strides), arrays and plain values."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), where
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_same_state(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same_state(x, y, f"{where}/{i}")
+    elif isinstance(a, np.ndarray):
+        assert np.array_equal(a, b) and a.dtype == b.dtype, where
+    else:
+        assert a == b, where
+
+
+def test_a_learner_snapshot_is_its_state_at_that_version_whatever_it_did_since(tmp_path):
+    """What a stop that abandons an update checkpoints (Learner.state_snapshot): the state as it
+    was after the last update the trainer logged, though the learner has changed in place since."""
+    import copy
+
+    from hdppo.platform.learner import restore_tensors
+
+    trainer = Trainer(validate(tiny_config()), tmp_path / "run", quiet=True)
+    trainer.setup()
+    group = trainer.groups[0]
+    learner = group.learners["control"]
+    learner._keeps_snapshots = True  # as on Ray (in-process nothing runs beside an update to need it)
+    learner._keep_snapshot()
+    v0, before = learner.version, copy.deepcopy(learner.get_state())
+    group.iteration()
+    v1, after = learner.version, learner.get_state()
+    assert v1 == v0 + 1
+    # Serialised as Ray does (pickle 5, arrays out of band) and turned back into tensors.
+    old = restore_tensors(pickle.loads(pickle.dumps(learner.state_snapshot(v0), protocol=5)))
+    _assert_same_state(before, old)
+    _assert_same_state(after, restore_tensors(learner.state_snapshot(v1)))
+    _assert_same_state(after, restore_tensors(learner.state_snapshot()))  # None: the latest
+    assert not torch.equal(old["policy"][next(iter(old["policy"]))], after["policy"][next(iter(old["policy"]))])
+    with pytest.raises(RuntimeError, match="no state snapshot of version 99"):
+        learner.state_snapshot(99)
+    trainer.metrics.close()
+
+
+def test_on_ray_the_checkpoint_is_the_learners_state_after_the_last_update(tmp_path, ray_session):
+    """On Ray each checkpoint comes from the learner's kept copy (Learner.state_snapshot): it
+    loads with the safe unpickler (tensors, not the arrays they travel as) and is the state the
+    learner holds after the run's last update."""
+    cfg = validate(tiny_config(ray={"backend": "ray", "num_cpus": 2}))
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    try:
+        summary = trainer.train()
+        saved = load_checkpoint(latest_checkpoint(tmp_path / "run"))["groups"]["control"]["learners"]["control"]
+        now = trainer.groups[0].get_state()["learners"]["control"]
+    finally:
+        trainer.shutdown()
+    assert summary["updates"] == saved["updates"] == 2
+    _assert_same_state(now, saved)
