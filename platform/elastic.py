@@ -55,6 +55,11 @@ def request_scale(run_dir: Path | str, workers: int, group: str | None = None) -
     return path
 
 
+def scale_request_pending(run_dir: Path) -> bool:
+    """Whether ``hdppo scale`` has left a request that :func:`take_scale_request` would take."""
+    return (Path(run_dir) / SCALE_REQUEST).exists()
+
+
 def take_scale_request(run_dir: Path) -> dict | None:
     """The pending request, removed so that it is applied once; None when there is none."""
     path = Path(run_dir) / SCALE_REQUEST

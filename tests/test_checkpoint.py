@@ -1,4 +1,5 @@
 """Checkpoints hold the whole state, are written atomically, and resume exactly."""
+import json
 import os
 import pickle
 import subprocess
@@ -212,14 +213,25 @@ def test_a_learner_snapshot_is_its_state_at_that_version_whatever_it_did_since(t
 def test_on_ray_the_checkpoint_is_the_learners_state_after_the_last_update(tmp_path, ray_session):
     """On Ray each checkpoint comes from the learner's kept copy (Learner.state_snapshot): it
     loads with the safe unpickler (tensors, not the arrays they travel as) and is the state the
-    learner holds after the run's last update."""
+    learner holds after the run's last update. The second update starts before the first is
+    logged and checkpointed (Trainer._may_start_early): the first checkpoint and the first
+    update's metrics are still the first update's."""
+    from hdppo.platform.metrics import PERF_ENV_STEPS_PER_S
+
     cfg = validate(tiny_config(ray={"backend": "ray", "num_cpus": 2}))
-    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    run = tmp_path / "run"
+    trainer = Trainer(cfg, run, quiet=True)
     try:
         summary = trainer.train()
-        saved = load_checkpoint(latest_checkpoint(tmp_path / "run"))["groups"]["control"]["learners"]["control"]
+        saved = load_checkpoint(latest_checkpoint(run))["groups"]["control"]["learners"]["control"]
         now = trainer.groups[0].get_state()["learners"]["control"]
     finally:
         trainer.shutdown()
     assert summary["updates"] == saved["updates"] == 2
     _assert_same_state(now, saved)
+    assert trainer.started_early == 1
+    first = load_checkpoint(run / "checkpoints" / "ckpt_0000001.pt")["groups"]["control"]["learners"]["control"]
+    assert (first["updates"], first["version"], first["env_steps"]) == (1, 1, 256)
+    assert any(not torch.equal(first["policy"][k], saved["policy"][k]) for k in saved["policy"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(r["step"] for r in rows if r["tag"] == PERF_ENV_STEPS_PER_S) == [256, 512]
