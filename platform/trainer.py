@@ -411,8 +411,9 @@ class Trainer:
     def _update(self, groups: list[DPPOGroup]) -> list[dict[str, UpdateResult]] | None:
         """:meth:`_iterate`, or None if a stop request came and the update did not finish within
         ``train.stop_timeout_s`` of it. On Ray the update runs in a thread, so that this one
-        stays free to see the request and keep time; in-process (backend local) it always
-        finishes (the learner's state is changed in place while it runs)."""
+        stays free to see the request and keep time (the thread the loop started early, if it
+        did: :meth:`_may_start_early`); in-process (backend local) it always finishes (the
+        learner's state is changed in place while it runs)."""
         if self.backend.name != "ray":
             return self._iterate(groups)
         if self._early is not None:  # the loop passed its groups
