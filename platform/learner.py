@@ -506,7 +506,7 @@ class Learner:
         costs about 1 ms, and is serialised only for a checkpoint, on a thread of its own."""
         if not self._keeps_snapshots:
             return
-        state = _copied(self.get_state(), as_arrays=True)
+        state = _copied(self.get_state())
         with self._snapshot_lock:
             self._snapshots[self.version] = state
             for old in sorted(self._snapshots)[:-KEPT_SNAPSHOTS]:
@@ -573,21 +573,21 @@ class TensorArray:
         return (TensorArray, (self.array,))
 
 
-def _copied(tree: Any, as_arrays: bool = False) -> Any:
-    """A copy of a (nested) state that later in-place updates of the learner cannot change:
-    tensors cloned (``as_arrays``: as :class:`TensorArray`, where NumPy has the dtype), arrays
-    copied, everything else deep-copied (it is small)."""
+def _copied(tree: Any) -> Any:
+    """A copy of a (nested) CPU state (:meth:`Learner.get_state`) that later in-place updates of
+    the learner cannot change: tensors as :class:`TensorArray` (a bfloat16 one, which NumPy
+    cannot hold, cloned), arrays copied, everything else deep-copied (it is small)."""
     if isinstance(tree, torch.Tensor):
         t = tree.detach()
-        if as_arrays and t.device.type == "cpu" and t.dtype not in (torch.bfloat16,):
-            return TensorArray(np.array(t.numpy(), order="K"))  # its strides kept (a channels-last conv weight)
-        return t.clone()
+        if t.dtype == torch.bfloat16:
+            return t.clone()
+        return TensorArray(np.array(t.numpy(), order="K"))  # its strides kept (a channels-last conv weight)
     if isinstance(tree, np.ndarray):
         return tree.copy()
     if isinstance(tree, dict):
-        return {k: _copied(v, as_arrays) for k, v in tree.items()}
+        return {k: _copied(v) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_copied(v, as_arrays) for v in tree)
+        return type(tree)(_copied(v) for v in tree)
     return copy.deepcopy(tree)
 
 
