@@ -573,45 +573,41 @@ class TensorArray:
         return (TensorArray, (self.array,))
 
 
-def _copied(tree: Any) -> Any:
-    """A copy of a (nested) CPU state (:meth:`Learner.get_state`) that later in-place updates of
-    the learner cannot change: tensors as :class:`TensorArray` (a bfloat16 one, which NumPy
-    cannot hold, cloned), arrays copied, everything else deep-copied (it is small)."""
-    if isinstance(tree, torch.Tensor):
-        t = tree.detach()
-        if t.dtype == torch.bfloat16:
+def _map_leaves(fn: Any, tree: Any) -> Any:
+    """``tree`` (dicts, lists and tuples, nested) with ``fn`` applied to every other value."""
+    if isinstance(tree, dict):
+        return {k: _map_leaves(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_leaves(fn, v) for v in tree)
+    return fn(tree)
+
+
+def _copy_leaf(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+        if t.dtype == torch.bfloat16:  # NumPy has no bfloat16
             return t.clone()
         return TensorArray(np.array(t.numpy(), order="K"))  # its strides kept (a channels-last conv weight)
-    if isinstance(tree, np.ndarray):
-        return tree.copy()
-    if isinstance(tree, dict):
-        return {k: _copied(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_copied(v) for v in tree)
-    return copy.deepcopy(tree)
+    return x.copy() if isinstance(x, np.ndarray) else copy.deepcopy(x)
+
+
+def _copied(tree: Any) -> Any:
+    """A copy of a (nested) CPU state (:meth:`Learner.get_state`) that later in-place updates of
+    the learner cannot change: tensors as :class:`TensorArray` (a bfloat16 one cloned), arrays
+    copied, everything else deep-copied (it is small)."""
+    return _map_leaves(_copy_leaf, tree)
 
 
 def restore_tensors(tree: Any) -> Any:
     """A state from :meth:`Learner.state_snapshot` as :meth:`Learner.get_state` gives it: each
     :class:`TensorArray` a tensor again (its own memory: Ray hands arrays over read-only)."""
-    if isinstance(tree, TensorArray):
-        return torch.from_numpy(np.array(tree.array, order="K"))
-    if isinstance(tree, dict):
-        return {k: restore_tensors(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(restore_tensors(v) for v in tree)
-    return tree
+    return _map_leaves(lambda x: torch.from_numpy(np.array(x.array, order="K")) if isinstance(x, TensorArray) else x,
+                       tree)
 
 
 def _cpu(tree: Any) -> Any:
     """Every tensor of a (nested) state dict on CPU; CPU tensors are returned as they are."""
-    if isinstance(tree, torch.Tensor):
-        return tree.cpu()
-    if isinstance(tree, dict):
-        return {k: _cpu(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_cpu(v) for v in tree)
-    return tree
+    return _map_leaves(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)
 
 
 def _terms_dict(terms) -> dict[str, float]:
