@@ -7,16 +7,22 @@ from typing import Any
 
 import ray
 
+from .tensor_buffers import restore_tensors
+
 
 def deref(obj: Any) -> Any:
-    """The value behind an object reference (Ray), or the object itself (local)."""
-    return ray.get(obj) if isinstance(obj, ray.ObjectRef) else obj
+    """The value behind an object reference (Ray), or the object itself (local, or a reference
+    Ray resolved as a task's argument), with the NumPy buffers a learner puts made tensors again
+    (tensor_buffers)."""
+    return restore_tensors(ray.get(obj) if isinstance(obj, ray.ObjectRef) else obj)
 
 
-def call_service(service: Any, method: str, *args: Any) -> Any:
-    """Call the parameter service whether it is a Ray actor handle or a local object."""
+def call_service(service: Any, method: str, *args: Any, wait: bool = True) -> Any:
+    """Call the parameter service whether it is a Ray actor handle or a local object. With a Ray
+    handle and ``wait=False``, the answer's reference, for :func:`deref` to wait on later."""
     if isinstance(service, ray.actor.ActorHandle):
-        return ray.get(getattr(service, method).remote(*args))
+        ref = getattr(service, method).remote(*args)
+        return ray.get(ref) if wait else ref
     return getattr(service, method)(*args)
 
 

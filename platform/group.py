@@ -25,7 +25,8 @@ from .batch import no_ids
 from .config import Config, GroupSpec
 from .devices import resolve_device
 from .errors import HdppoError, RayStartError
-from .learner import Learner, restore_tensors
+from .learner import Learner
+from .tensor_buffers import restore_tensors
 from .messages import Accounting, UpdateResult
 from .rollout_worker import LOST_IDS, RolloutWorker
 from .sync_modes import Call, Source, make_sync_mode, sync_mode_class

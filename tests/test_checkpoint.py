@@ -187,7 +187,7 @@ def test_a_learner_snapshot_is_its_state_at_that_version_whatever_it_did_since(t
     was after the last update the trainer logged, though the learner has changed in place since."""
     import copy
 
-    from hdppo.platform.learner import restore_tensors
+    from hdppo.platform.tensor_buffers import restore_tensors
 
     trainer = Trainer(validate(tiny_config()), tmp_path / "run", quiet=True)
     trainer.setup()
