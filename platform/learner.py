@@ -37,6 +37,7 @@ from ..policies.teacher_replay import TeacherReplay
 from .threads import thread_count, use_threads
 
 
+PROXIMAL_CHUNK = 4096  # samples per forward pass of decoupled PPO's proximal log-probabilities
 SNAPSHOT_GROUP = "snapshot"  # the Ray concurrency group of Learner.state_snapshot
 KEPT_SNAPSHOTS = 3  # the driver asks for the last update's; it cannot be more than one behind
 
@@ -305,8 +306,10 @@ class Learner:
 
     def _proximal_logp(self, tb, chunks: tuple | None) -> torch.Tensor:
         """Decoupled PPO's proximal policy: the log-probability of every sample's action under the
-        weights at the update's start (before its first step), in minibatch-sized pieces."""
-        size = self.layer.ppo.minibatch_size
+        weights at the update's start (before its first step), in pieces of PROXIMAL_CHUNK samples
+        (or a minibatch, if larger): the memory of a few minibatches, a fraction of the calls
+        (MinAtar's 1024 samples in one pass: 3.0 against 4.3 ms in four of 256)."""
+        size = max(self.layer.ppo.minibatch_size, PROXIMAL_CHUNK)
         with torch.no_grad(), precision_context(self.precision, self.device.type):
             if chunks is None:
                 return torch.cat([self.policy.log_prob_entropy(tb.obs[i:i + size], tb.actions[i:i + size],

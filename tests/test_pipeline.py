@@ -73,6 +73,32 @@ def test_decoupled_ppo_clips_stale_samples_around_the_update_start(decoupled):
         assert stale[M.LOSS_CLIPFRAC] > 0.3
 
 
+def test_decoupled_ppos_proximal_logp_covers_every_sample_in_order_across_chunks():
+    """The proximal log-probabilities are computed in pieces larger than a minibatch
+    (learner.PROXIMAL_CHUNK): over a batch of several pieces, each sample's is its own, in order."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from hdppo.platform.batch import Batch
+    from hdppo.platform.learner import PROXIMAL_CHUNK, Learner
+    from hdppo.platform.parameter_service import ParameterService
+
+    cfg = validate(tiny_config(layers=[{"ppo": {"minibatch_size": 64, "decoupled": True}}]))
+    learner = Learner(cfg, "control", 4, gym.spaces.Discrete(2), ParameterService())
+    rng = np.random.default_rng(1)
+    n = 2 * PROXIMAL_CHUNK + 37
+    batch = Batch(rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 2, (n, 1)).astype(np.float32),
+                  np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32))
+    tb = learner._tensors(batch)
+    prox = learner._proximal_logp(tb, None)
+    with torch.no_grad():
+        one_by_one = torch.cat([learner.policy.log_prob_entropy(tb.obs[i:i + 64], tb.actions[i:i + 64],
+                                                                tb.masks[i:i + 64])[0] for i in range(0, n, 64)])
+    assert prox.shape == (n,)
+    torch.testing.assert_close(prox, one_by_one, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("decoupled", [False, True])
 def test_decoupled_ppo_replays_a_recurrent_layers_chunks(tmp_path, decoupled):
     """A GRU layer's proximal log-probabilities come from replaying its chunks: with one
