@@ -26,6 +26,32 @@ def test_act_and_log_prob_agree(space):
         assert space.contains(env_action if not isinstance(env_action, np.ndarray) else env_action.astype(space.dtype))
 
 
+
+@pytest.mark.parametrize("nvec", [[3], [4, 2, 5]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_categorical_logp_entropy_is_torchs_categorical_exactly(nvec, dtype):
+    """The written-out categorical gives the numbers and gradients of torch's Categorical, masked
+    logits (MASKED_LOGIT) included, in float32 and bfloat16."""
+    from torch.distributions import Categorical
+
+    from hdppo.policies.networks import MASKED_LOGIT, categorical_logp_entropy
+
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(64, sum(nvec))).to(dtype)
+    logits[::3, 1] = MASKED_LOGIT  # an illegal action in every third row
+    actions = torch.stack([torch.randint(0, n, (64,)) for n in nvec], dim=1).float()
+    actions[::3, 0] = 0.0  # ... never the one taken
+    mine_in = logits.clone().requires_grad_(True)
+    theirs_in = logits.clone().requires_grad_(True)
+    logp, ent = categorical_logp_entropy(mine_in, actions, nvec)
+    dists = [Categorical(logits=c) for c in torch.split(theirs_in, nvec, dim=-1)]
+    ref_logp = sum(d.log_prob(actions[:, i].long()) for i, d in enumerate(dists))
+    ref_ent = sum(d.entropy() for d in dists)
+    assert torch.equal(logp, ref_logp) and torch.equal(ent, ref_ent)
+    (logp.sum() + 0.01 * ent.sum()).backward()
+    (ref_logp.sum() + 0.01 * ref_ent.sum()).backward()
+    assert torch.equal(mine_in.grad, theirs_in.grad)
+
 def test_deterministic_action_is_the_mode():
     net = ActorCritic(2, gym.spaces.Box(-1.0, 1.0, (2,)))
     obs = torch.randn(4, 2)
