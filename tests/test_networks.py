@@ -52,6 +52,25 @@ def test_categorical_logp_entropy_is_torchs_categorical_exactly(nvec, dtype):
     (ref_logp.sum() + 0.01 * ref_ent.sum()).backward()
     assert torch.equal(mine_in.grad, theirs_in.grad)
 
+
+def test_normal_logp_entropy_is_torchs_normal_exactly():
+    """The written-out Gaussian gives the numbers and gradients of torch's Normal."""
+    from torch.distributions import Normal
+
+    from hdppo.policies.networks import normal_logp_entropy
+
+    torch.manual_seed(0)
+    mean, log_std, actions = torch.randn(64, 3), torch.randn(3) * 0.5, 2 * torch.randn(64, 3)
+    ins = [(mean.clone().requires_grad_(True), log_std.clone().requires_grad_(True)) for _ in range(2)]
+    (m1, s1), (m2, s2) = ins
+    logp, ent = normal_logp_entropy(m1, s1.exp().expand_as(m1), actions)
+    d = Normal(m2, s2.exp().expand_as(m2))
+    ref_logp, ref_ent = d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+    assert torch.equal(logp, ref_logp) and torch.equal(ent, ref_ent)
+    (logp.sum() + 0.01 * ent.sum()).backward()
+    (ref_logp.sum() + 0.01 * ref_ent.sum()).backward()
+    assert torch.equal(m1.grad, m2.grad) and torch.equal(s1.grad, s2.grad)
+
 def test_deterministic_action_is_the_mode():
     net = ActorCritic(2, gym.spaces.Box(-1.0, 1.0, (2,)))
     obs = torch.randn(4, 2)
