@@ -60,7 +60,9 @@ def precision_context(precision: str, device_type: str):
 def normal_logp_entropy(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability and entropy ``[B]`` of ``actions [B, dim]`` under independent Gaussians
     ``(mean, std) [B, dim]``, summed over the dimensions: torch's ``Normal`` arithmetic, the same
-    numbers, without its argument checks (see :func:`categorical_logp_entropy`)."""
+    numbers, without its argument checks (see :func:`categorical_logp_entropy`; a Hopper-sized
+    update, 64x64 MLPs, 80 steps of 512: 0.138-0.140 against 0.144-0.148 s, two alternated pairs,
+    ``benchmarks/learner_device.py``)."""
     var = std ** 2
     logp = -((actions - mean) ** 2) / (2 * var) - std.log() - math.log(math.sqrt(2 * math.pi))
     entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)
