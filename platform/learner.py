@@ -23,9 +23,9 @@ from .backend import call_service, concurrency_group, deref, make_backend
 from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of, no_ids
 from .config import Config
 from .devices import check_visible
-from .tensor_buffers import as_buffers, copied, on_cpu
 from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from .messages import Accounting, GradientResult, UpdateResult
+from .tensor_buffers import as_buffers, copied, on_cpu
 from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
 from ..policies.networks import make_policy, precision_context, sequence_chunks, upgrade_image_encoders, upgrade_moments
