@@ -88,7 +88,9 @@ class Learner:
         self.env_steps = 0
         self.updates = 0
         self._rng = np.random.default_rng(cfg.train.seed)
-        # On Ray, a copy of the state after each update, for state_snapshot (see _keep_snapshot).
+        # On Ray, a copy of the state after each update, for state_snapshot (see _keep_snapshot),
+        # and what is put goes as NumPy buffers (_shareable). Two switches: a test keeps copies
+        # in-process, where the workers read the published weights as they are, not through deref.
         self._keeps_snapshots = self._on_ray = backend_name == "ray"
         self._unacked: Any = None  # the service's answer to a publish not yet awaited (publish)
         self._snapshots: dict[int, dict[str, Any]] = {}
