@@ -3,8 +3,8 @@
 Ray serialises a NumPy array as one out-of-band buffer, copied into the object store without the
 GIL; a torch tensor goes through ``torch.save`` inside Ray's pickling, more than twice as slow (a
 MinAtar CNN's 1 MB of weights: 2.9 ms against 1.2 ms per ``ray.put``, medians of 300 in a Ray
-actor on this project's 2-core VM). So what a learner puts for others to read (its published weights, its
-state snapshots) holds :class:`TensorArray` leaves, and :func:`restore_tensors` (which
+actor on this project's 2-core VM). So what a learner puts for others to read (its published
+weights, its state snapshots) holds :class:`TensorArray` leaves, and :func:`restore_tensors` (which
 ``backend.deref`` applies to everything it fetches) turns them back into tensors.
 """
 from __future__ import annotations
@@ -67,10 +67,12 @@ def on_cpu(tree: Any) -> Any:
     return map_leaves(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)
 
 
+def _buffer_leaf(x: Any) -> Any:
+    return TensorArray(x.detach().numpy()) if isinstance(x, torch.Tensor) and x.dtype != torch.bfloat16 else x
+
 
 def as_buffers(tree: Any) -> Any:
     """``tree`` with each float32 (or other NumPy-typed) CPU tensor wrapped as a
     :class:`TensorArray` sharing its memory: for a state the caller has already copied (so no
     later update can change it) and is about to ``put``. bfloat16 tensors stay tensors."""
-    return map_leaves(lambda x: TensorArray(x.detach().numpy()) if isinstance(x, torch.Tensor) and x.dtype != torch.bfloat16
-                      else x, tree)
+    return map_leaves(_buffer_leaf, tree)

@@ -57,6 +57,14 @@ def precision_context(precision: str, device_type: str):
     raise ValueError(f"unknown precision {precision!r}: use 'fp32' or 'bf16'")
 
 
+def masked_logits(logits: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with illegal actions (``masks`` 0) at MASKED_LOGIT: zero probability, finite
+    gradients. No mask, or an empty one, leaves them as they are."""
+    if masks is not None and masks.shape[-1] > 0:
+        return torch.where(masks > 0, logits, torch.full_like(logits, MASKED_LOGIT))
+    return logits
+
+
 def normal_logp_entropy(mean: torch.Tensor, std: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability and entropy ``[B]`` of ``actions [B, dim]`` under independent Gaussians
     ``(mean, std) [B, dim]``, summed over the dimensions: torch's ``Normal`` arithmetic, the same
@@ -533,13 +541,6 @@ class ActorCritic(nn.Module):
         """A Box policy's Gaussian mean ``[B, dim]``, before the env's clipping."""
         return run_mlp(self.actor, obs)
 
-    @staticmethod
-    def _masked_logits(out: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
-        """Illegal actions get a large negative logit: zero probability, finite gradients."""
-        if masks is not None and masks.shape[-1] > 0:
-            return torch.where(masks > 0, out, torch.full_like(out, MASKED_LOGIT))
-        return out
-
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None = None,
                          with_mean: bool = False) -> tuple[torch.Tensor, ...]:
         """Log-probability and entropy ``[B]`` of ``actions [B, dim]``; ``masks [B, logits]`` or None.
@@ -548,7 +549,7 @@ class ActorCritic(nn.Module):
         if self.head.kind == "box":
             logp, entropy = normal_logp_entropy(out, self.log_std.exp().expand_as(out), actions)
             return (logp, entropy, out) if with_mean else (logp, entropy)
-        return categorical_logp_entropy(self._masked_logits(out, masks), actions, self.head.nvec)
+        return categorical_logp_entropy(masked_logits(out, masks), actions, self.head.nvec)
 
     def act(self, obs: torch.Tensor | np.ndarray, deterministic: bool = False, masks: torch.Tensor | np.ndarray | None = None,
             critic_obs: torch.Tensor | np.ndarray | None = None, with_value: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -644,9 +645,7 @@ class ActorCritic(nn.Module):
         else:
             # Written out too (Gumbel-max sampling from log-softmax): Categorical validates its
             # arguments and normalises twice, which costs more than the network on small inputs.
-            logits = run_mlp(self.actor, obs)
-            if masks is not None and masks.shape[-1] > 0:
-                logits = torch.where(masks > 0, logits, torch.full_like(logits, MASKED_LOGIT))
+            logits = masked_logits(run_mlp(self.actor, obs), masks)
             parts, logp = [], torch.zeros(logits.shape[0])
             for chunk in torch.split(logits, self.head.nvec, dim=-1):
                 log_probs = torch.log_softmax(chunk, dim=-1)
@@ -725,13 +724,13 @@ class RecurrentActorCritic(nn.Module):
     def _logits_dists(self, out: torch.Tensor, masks: torch.Tensor | None):
         if self.head.kind == "box":
             return Normal(out, self.log_std.exp().expand_as(out))
-        out = ActorCritic._masked_logits(out, masks)
+        out = masked_logits(out, masks)
         return [Categorical(logits=chunk) for chunk in torch.split(out, self.head.nvec, dim=-1)]
 
     def _score(self, out: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None):
         if self.head.kind == "box":
             return normal_logp_entropy(out, self.log_std.exp().expand_as(out), actions)
-        return categorical_logp_entropy(ActorCritic._masked_logits(out, masks), actions, self.head.nvec)
+        return categorical_logp_entropy(masked_logits(out, masks), actions, self.head.nvec)
 
     def value(self, obs: torch.Tensor, h: torch.Tensor, critic_obs: torch.Tensor | None = None) -> torch.Tensor:
         """``V [B]`` of steps with inputs ``obs [B, D]`` and the hidden they received ``h [B, hidden_dim]``."""
