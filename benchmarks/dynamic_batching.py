@@ -13,9 +13,12 @@ simulator is). The same training (4 workers x 1 env, batch 800, 2 epochs) in eac
 Throughput is env steps trained on per second of wall time over the timed updates (after a
 warm-up), from each run's ``metrics.jsonl``; speed-up is against ``sync`` in the same run.
 
-Usage: python benchmarks/dynamic_batching.py [--step-ms 5,5,5,20] [--updates 8] [--modes sync,pipeline,soft,async]
+``soft_1`` and ``async_1`` are those modes with one chunk in flight per worker
+(``dppo.chunks_in_flight: 1``, the behaviour before that setting; the default is 2).
 
-Writes benchmarks/results/dynamic_batching.{json,md}.
+Usage: python benchmarks/dynamic_batching.py [--step-ms 5,5,5,20] [--updates 8] [--modes sync,pipeline,soft,async,soft_1,async_1] [--out NAME]
+
+Writes benchmarks/results/<--out>.{json,md} (default dynamic_batching).
 """
 from __future__ import annotations
 
@@ -29,9 +32,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import machine_info  # noqa: E402
-from common import throughput_from_metrics  # noqa: E402
+from common import command_line, throughput_from_metrics  # noqa: E402
 
-MODES = {"sync": {}, "pipeline": {"pipeline": True}, "soft": {"sync": "soft"}, "async": {"sync": "async"}}
+MODES = {"sync": {}, "pipeline": {"pipeline": True}, "soft": {"sync": "soft"}, "async": {"sync": "async"},
+         # soft and async as they were before chunks_in_flight (one chunk queued per worker): the comparison
+         # that shows what keeping workers busy during the update is worth
+         "soft_1": {"sync": "soft", "chunks_in_flight": 1}, "async_1": {"sync": "async", "chunks_in_flight": 1},
+         "soft_4": {"sync": "soft", "chunks_in_flight": 4}}
 
 
 def run(mode: str, step_ms: list[float], batch: int, updates: int, warmup: int, tmp: Path) -> dict:
@@ -77,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=800)
     p.add_argument("--updates", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--modes", default="sync,pipeline,soft,async")
+    p.add_argument("--modes", default="sync,pipeline,soft,async,soft_1,async_1")
+    p.add_argument("--out", default="dynamic_batching", help="result file stem in --results")
     p.add_argument("--results", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
     step_ms = [float(x) for x in args.step_ms.split(",")]
@@ -96,14 +104,15 @@ def main(argv: list[str] | None = None) -> int:
                      for r in out["runs"])
     md = (f"# Dynamic batching and pipelining\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, "
           f"{m.get('cpu_count')} CPUs (load average at start {m['load_avg_1_5_15'][0]:.1f}).\n\n"
+          f"Command: `{command_line(argv)}`\n\n"
           f"Latency env, {len(step_ms)} workers x 1 env stepping at {', '.join(f'{s:g}' for s in step_ms)} ms; "
           f"batch {args.batch}, {args.updates} timed updates after {args.warmup} warm-up. The pool's raw stepping "
           f"rate (every worker busy all the time) is {ideal:,.0f} steps/s.\n\n"
           "| mode | env steps/s | vs `sync` | share of samples per worker | max staleness |\n|---|---:|---:|---|---:|\n"
           f"{rows}\n")
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "dynamic_batching.json").write_text(json.dumps(out, indent=2))
-    (args.results / "dynamic_batching.md").write_text(md)
+    (args.results / f"{args.out}.json").write_text(json.dumps(out, indent=2))
+    (args.results / f"{args.out}.md").write_text(md)
     print(md)
     return 0
 

@@ -44,6 +44,7 @@ class LocalBackend:
     """Everything runs in this process, in order. Calls return values, not futures."""
 
     name = "local"
+    concurrent = False  # a call has run by the time it returns: nothing is gained by queueing more
 
     def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None,
              num_gpus: float | None = None) -> Any:
@@ -89,6 +90,7 @@ class RayBackend:
     calls return object references."""
 
     name = "ray"
+    concurrent = True  # calls run in their actors while the driver goes on; an actor runs its calls in order
 
     def make(self, cls: type, *args: Any, num_cpus: float | None = None, name: str | None = None,
              num_gpus: float | None = None) -> Any:

@@ -293,6 +293,11 @@ class DPPOConfig(_Strict):
     chunks_per_worker: int = Field(
         4, ge=1, description="Sync 'soft'/'async': a worker's share of a batch is cut into this many chunks, "
         "so a batch can be filled by whichever workers are fastest.")
+    chunks_in_flight: Optional[int] = Field(
+        None, ge=1, description="Sync 'soft'/'async': chunks each worker has queued at once (on Ray), so that it "
+        "goes on collecting while the driver waits on an update; default chunks_per_worker (a whole rollout, as "
+        "pipeline queues). With 1 a worker idles from its chunk's end to the update's end (MinAtar, one worker of "
+        "8 copies: 5.4k env steps/s against 7.6k with 4). Fewer keeps samples fresher. Group-level.")
     stale: Literal["drop", "downweight"] = Field(
         "drop", description="Samples older than max_lag versions are always dropped; 'downweight' also scales "
         "the loss of each sample within the bound by stale_decay ** lag.")
@@ -334,7 +339,7 @@ class DPPOConfig(_Strict):
 # collects and updates); the rest (train_batch_size, max_lag, stale, aggregate, compression, ...)
 # are read per layer, by that layer's learner and recorder.
 GROUP_DPPO_FIELDS = ("mode", "sync", "pipeline", "num_workers", "num_envs_per_worker", "worker_cpus",
-                     "refresh_every", "chunks_per_worker", "elastic")
+                     "refresh_every", "chunks_per_worker", "chunks_in_flight", "elastic")
 
 
 class LearnerConfig(_Strict):

@@ -367,3 +367,51 @@ def test_streaming_modes_stop_asking_removed_workers():
         later = [i for _ in range(3) for i, _ in mode.collect(g)[1]]
         assert later.count(2) == 1 and {0, 1} <= set(later), (name, later)  # its chunk in flight, once
         assert g.issued[issued:] and all(i < 2 for i, _ in g.issued[issued:]), (name, g.issued[issued:])
+
+
+class _InOrderBackend:
+    """A backend whose calls run concurrently with the driver, each actor's in order: ready()
+    reports the oldest unfinished call of each worker."""
+
+    concurrent = True
+
+    def ready(self, futures):
+        out, seen = [], set()
+        for j, ref in enumerate(futures):
+            i = int(ref.split()[-1])
+            if i not in seen:
+                out.append(j)
+            seen.add(i)
+        return out
+
+
+def test_streaming_modes_keep_chunks_in_flight_on_each_worker():
+    """On a concurrent backend each worker keeps ``chunks_in_flight`` chunks queued, so it goes
+    on collecting while the driver waits on an update; a replaced worker gets as many again; in
+    one process (calls finish as they are made) one is kept, as a second would only be collected
+    early with the same weights."""
+    from hdppo.platform.sync_modes import make_sync_mode
+
+    for depth in (1, 2, 3):
+        g, mode = _FakeGroup(2, chunks=2), make_sync_mode("soft")
+        g.dppo = g.dppo.model_copy(update={"chunks_in_flight": depth})
+        g.backend = _InOrderBackend()
+        refs, sources = mode.collect(g)
+        assert len(refs) == 4 and sorted(i for i, _ in sources) == [0, 0, 1, 1], (depth, sources)
+        # The chunks used are each worker's oldest; every worker has depth chunks queued after them.
+        assert refs[:2] == ["rollout 1 of worker 0", f"rollout {depth + 1} of worker 1"], (depth, refs)
+        assert {i: len(c) for i, c in mode._inflight.items()} == {0: depth, 1: depth}, depth
+        assert len(g.issued) == 4 + 2 * depth, (depth, g.issued)
+        queued_on_1 = list(mode._inflight[1])
+        g.generation[1] = 5  # worker 1 replaced: all of its queued chunks are lost, as many go to the new one
+        mode.on_worker_failure(g, 1, RuntimeError("dead"))
+        assert all(c.source == (1, 5) for c in mode._inflight[1]) and len(mode._inflight[1]) == depth, depth
+        assert not any(c in mode._inflight[1] for c in queued_on_1)
+    g, mode = _FakeGroup(2, chunks=3), make_sync_mode("async")  # by default a whole rollout: chunks_per_worker
+    g.backend = _InOrderBackend()
+    mode.collect(g)
+    assert g.dppo.chunks_in_flight is None and {i: len(c) for i, c in mode._inflight.items()} == {0: 3, 1: 3}
+    g, mode = _FakeGroup(2, chunks=2), make_sync_mode("soft")  # LocalBackend: calls finish as they are made
+    g.dppo = g.dppo.model_copy(update={"chunks_in_flight": 3})
+    mode.collect(g)
+    assert {i: len(c) for i, c in mode._inflight.items()} == {0: 1, 1: 1}
