@@ -14,7 +14,8 @@ Throughput is env steps trained on per second of wall time over the timed update
 warm-up), from each run's ``metrics.jsonl``; speed-up is against ``sync`` in the same run.
 
 ``soft_1`` and ``async_1`` are those modes with one chunk in flight per worker
-(``dppo.chunks_in_flight: 1``, the behaviour before that setting; the default is 2).
+(``dppo.chunks_in_flight: 1``, the behaviour before that setting; the default queues a whole
+rollout, ``chunks_per_worker`` chunks).
 
 Usage: python benchmarks/dynamic_batching.py [--step-ms 5,5,5,20] [--updates 8] [--modes sync,pipeline,soft,async,soft_1,async_1] [--out NAME]
 
@@ -37,8 +38,7 @@ from common import command_line, throughput_from_metrics  # noqa: E402
 MODES = {"sync": {}, "pipeline": {"pipeline": True}, "soft": {"sync": "soft"}, "async": {"sync": "async"},
          # soft and async as they were before chunks_in_flight (one chunk queued per worker): the comparison
          # that shows what keeping workers busy during the update is worth
-         "soft_1": {"sync": "soft", "chunks_in_flight": 1}, "async_1": {"sync": "async", "chunks_in_flight": 1},
-         "soft_4": {"sync": "soft", "chunks_in_flight": 4}}
+         "soft_1": {"sync": "soft", "chunks_in_flight": 1}, "async_1": {"sync": "async", "chunks_in_flight": 1}}
 
 
 def run(mode: str, step_ms: list[float], batch: int, updates: int, warmup: int, tmp: Path) -> dict:
