@@ -32,6 +32,7 @@ from .rollout_worker import LOST_IDS, RolloutWorker
 from .sync_modes import Call, Source, make_sync_mode, sync_mode_class
 
 PLACEMENT_TIMEOUT_S = 120
+RESOURCE_SETTLE_S = 3.0  # how long a resize waits for Ray to see the CPUs of workers that just exited
 
 
 def group_cpus(total_cpus: float, num_workers: int, worker_cpus: float | None, num_learners: int = 1) -> tuple[float, float]:
@@ -341,6 +342,12 @@ class DPPOGroup:
         grow = num_workers - len(self.workers)
         if grow > 0 and b.name == "ray":
             fit = int(b.free_cpus() // cpus)
+            # Ray's view of free CPUs lags an actor's exit (a worker removed moments ago still
+            # counts as placed): give it a moment before settling for fewer workers.
+            deadline = time.monotonic() + RESOURCE_SETTLE_S
+            while fit < grow and time.monotonic() < deadline:
+                time.sleep(0.1)
+                fit = int(b.free_cpus() // cpus)
             if fit < grow:
                 print(f"[hdppo] group {self.name!r}: {num_workers} workers asked, room for {len(self.workers) + fit} "
                       f"({b.free_cpus():g} free CPUs, {cpus:g} per worker)", flush=True)

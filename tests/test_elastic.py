@@ -144,3 +144,40 @@ def test_a_scale_request_made_while_nothing_trained_is_not_applied_later(tmp_pat
     assert workers and set(workers) == {2}, workers
     assert "ignored a scale request to 1 workers made before this trainer started" in capsys.readouterr().out
     assert not (run_dir / "scale_request.json").exists()
+
+
+def test_a_resize_waits_for_ray_to_see_the_cpus_of_workers_just_removed(monkeypatch):
+    """Ray's free-CPU count lags an actor's exit: a group that shrank and grows back moments later
+    must not settle for fewer workers because the count has not caught up yet (it did, in CI)."""
+    import itertools
+
+    from hdppo.platform import group as G
+
+    class LaggingBackend:
+        name = "ray"
+
+        def __init__(self):
+            self.freed_at = None
+
+        def free_cpus(self):  # the removed worker's CPU shows up 0.4 s after its kill
+            return 1.0 if self.freed_at is not None and time.monotonic() - self.freed_at > 0.4 else 0.0
+
+        def kill(self, handle):
+            self.freed_at = time.monotonic()
+
+        def call(self, handle, method, *args):
+            return None
+
+    class Sync:
+        def on_resize(self, group, n):
+            pass
+
+    g = G.DPPOGroup.__new__(G.DPPOGroup)
+    g.name, g.backend, g._worker_args, g.sync = "control", LaggingBackend(), (None, 1.0), Sync()
+    g.workers, g.generation, g.num_workers, g._incarnations = ["w0", "w1"], [0, 1], 2, itertools.count(2)
+    g._make_worker = lambda index, uid: f"w{index}.{uid}"
+    assert g.resize(1) == 1 and g.workers == ["w0"]
+    assert g.resize(2) == 2 and g.workers == ["w0", "w1.2"] and g.generation == [0, 2]
+    monkeypatch.setattr(G, "RESOURCE_SETTLE_S", 0.2)  # a cluster that is really full: fewer, after the wait
+    g.backend.freed_at = None
+    assert g.resize(3) == 2

@@ -1,8 +1,8 @@
 """The mechanism that ``soft`` and ``async`` share: no barrier. Every worker always has rollout
-chunks queued (``dppo.chunks_in_flight`` of them, on Ray; by default a whole rollout's) and is given its next one as soon as one
-arrives, so collecting goes on while the driver waits on an update; an update takes chunks in the
-order they arrive, from any workers (faster workers contribute more: dynamic batching). Staleness
-is bounded per sample by the learner.
+chunks queued (``dppo.chunks_in_flight`` of them on Ray, by default a whole rollout's) and is given
+its next one as soon as one arrives, so collecting goes on while the driver waits on an update; an
+update takes chunks in the order they arrive, from any workers (faster workers contribute more:
+dynamic batching). Staleness is bounded per sample by the learner.
 
 Why more than one chunk in flight: the driver blocks on the learner's update, and issues no call
 meanwhile. With one chunk queued, a worker whose chunk ends before the update does sits idle
