@@ -13,10 +13,15 @@ screens, one 3x3 conv of 16 channels, a dense layer of 128, ``Discrete(3)``) at 
 update (batch 1024, minibatch 256, 4 epochs, unless given), with hdppo's default activation (tanh;
 the preset uses relu).
 
+``--base COMMIT`` times this tree against an older commit instead, on CPU: each measurement in
+a fresh interpreter with the commit's packages first on ``PYTHONPATH`` (``old_commit.old_tree``)
+or this tree's, the two alternated ``--rounds`` times (this VM's speed drifts within minutes, so
+the figure is the ratio within each round).
+
 Usage: python benchmarks/learner_device.py [--net mlp|minatar] [--hidden 64x64,256x256] [--batch 4096]
                                            [--minibatch 512] [--epochs 10] [--repeats 5] [--devices cpu,cuda]
                                            [--precisions fp32,bf16] [--out STEM]
-                                           [--threads 1]
+                                           [--threads 1] [--base COMMIT --rounds 3]
 
 Writes benchmarks/results/learner_device.{json,md} (or --out's stem).
 """
@@ -111,6 +116,74 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
             "sgd_steps": steps, "repeats": repeats}
 
 
+_CHILD = """
+import json, sys
+sys.path.insert(0, {here!r})
+import hdppo.platform.learner as learner
+from learner_device import time_updates
+r = time_updates("cpu", {hidden!r}, {batch!r}, {minibatch!r}, {epochs!r}, {repeats!r}, {threads!r}, {net!r}, {precision!r})
+print("RESULT " + json.dumps(dict(r, learner_file=learner.__file__)))
+"""
+
+
+def time_in_child(import_root: Path | None, **kw) -> dict:
+    """:func:`time_updates` on CPU in a fresh interpreter, with ``import_root`` (an older tree)
+    first on ``PYTHONPATH``, or this tree; checks which copy of the learner ran."""
+    import os
+    import subprocess
+
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if import_root is not None:
+        env["PYTHONPATH"] = str(import_root)
+    proc = subprocess.run([sys.executable, "-c", _CHILD.format(here=str(HERE), **kw)], env=env, cwd="/",
+                          capture_output=True, text=True, timeout=1800)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"timing failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+    out = json.loads(line[len("RESULT "):])
+    if (import_root is not None) != out["learner_file"].startswith(str(import_root or "\0")):
+        raise RuntimeError(f"expected the {'old' if import_root else 'current'} learner, ran {out['learner_file']}")
+    return out
+
+
+def ab_rounds(base: str, rounds: int, **kw) -> dict:
+    """The update time of ``base`` and of this tree, alternated ``rounds`` times (old, new, old,
+    new, ...); per round the ratio old / new (> 1: this tree is faster)."""
+    from old_commit import old_tree
+
+    old_s, new_s = [], []
+    with old_tree(base) as root:
+        for _ in range(rounds):
+            old_s.append(time_in_child(root, **kw)["median_s"])
+            new_s.append(time_in_child(None, **kw)["median_s"])
+            print(f"[learner_device] {kw['net']} {kw['hidden']} {kw['precision']}: {base} {old_s[-1]:.4f} s, "
+                  f"this tree {new_s[-1]:.4f} s ({old_s[-1] / new_s[-1]:.2f}x)", flush=True)
+    ratios = [o / n for o, n in zip(old_s, new_s)]
+    return {"base": base, "old_s": old_s, "new_s": new_s, "speedups": ratios,
+            "speedup_median": statistics.median(ratios), **kw}
+
+
+def render_ab(report: dict) -> str:
+    m, s = report["machine"], report["settings"]
+    rows = []
+    for r in report["ab"]:
+        net = "x".join(map(str, r["hidden"])) or "-"
+        rows.append(f"| {r['net']} | {net} | {r['precision']} | {' / '.join(f'{x:.4f}' for x in r['old_s'])} | "
+                    f"{' / '.join(f'{x:.4f}' for x in r['new_s'])} | {' / '.join(f'{x:.2f}' for x in r['speedups'])} | "
+                    f"**{r['speedup_median']:.2f}x** |")
+    return (f"# Learner update time: this tree against `{s['base']}`\n\nMeasured {m.get('timestamp_utc')} on "
+            f"{m.get('cpu_model')}, {m.get('cpu_count')} CPUs (load average at start {m['load_avg_1_5_15'][0]:.1f}); "
+            f"torch {m.get('torch')}.\n\n"
+            f"One mode-central `Learner.update_central` on a synthetic batch (batch {s['batch']}, minibatch "
+            f"{s['minibatch']}, {s['epochs']} epochs; mlp: Hopper-sized, minatar: the preset's CNN), one torch thread, "
+            f"median of {s['repeats']} updates after a warm-up, each measurement in a fresh interpreter; the old and "
+            "the new alternated, round by round.\n\n"
+            "| net | hidden | precision | old s per update (rounds) | new s per update (rounds) | old / new per round | "
+            "median |\n|---|---|---|---|---|---|---:|\n" + "\n".join(rows) + "\n\n"
+            f"Command: `{report['command']}`\n")
+
+
 def render_markdown(report: dict) -> str:
     m, s = report["machine"], report["settings"]
     gpu = report.get("gpu") or "none"
@@ -155,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(bf16 paid for a CNN on a CPU with AMX, cost for a 64x64 MLP; time it on yours)")
     p.add_argument("--results", type=Path, default=HERE / "results")
     p.add_argument("--out", default="learner_device", help="output stem in --results (default learner_device)")
+    p.add_argument("--base", default=None, help="time this tree against this older commit (CPU only), alternated")
+    p.add_argument("--rounds", type=int, default=3, help="with --base: old/new pairs")
     args = p.parse_args(argv)
     defaults = MINATAR_UPDATE if args.net == "minatar" else {"batch": 4096, "minibatch": 512, "epochs": 10}
     for key, value in defaults.items():
@@ -167,6 +242,18 @@ def main(argv: list[str] | None = None) -> int:
               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
               "settings": {"net": args.net, "batch": args.batch, "minibatch": args.minibatch, "epochs": args.epochs,
                            "repeats": args.repeats, "threads": args.threads}, "results": []}
+    if args.base:
+        report["settings"]["base"] = args.base
+        report["ab"] = [ab_rounds(args.base, args.rounds, hidden=[int(h) for h in hidden.split("x") if h],
+                                  batch=args.batch, minibatch=args.minibatch, epochs=args.epochs, repeats=args.repeats,
+                                  threads=args.threads, net=args.net, precision=precision)
+                        for hidden in args.hidden.split(",") for precision in args.precisions.split(",")]
+        md = render_ab(report)
+        args.results.mkdir(parents=True, exist_ok=True)
+        (args.results / f"{args.out}.json").write_text(json.dumps(report, indent=2) + "\n")
+        (args.results / f"{args.out}.md").write_text(md)
+        print(md)
+        return 0
     for hidden in args.hidden.split(","):
         for device in devices:
             for precision in args.precisions.split(","):

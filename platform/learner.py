@@ -28,6 +28,7 @@ from .messages import Accounting, GradientResult, UpdateResult
 from .tensor_buffers import as_buffers, copied, on_cpu
 from ..policies.compression import decompress, wire_nbytes
 from ..policies.bonuses import make_bonus
+from ..policies.flat_params import FlatParameters, clip_grad_norm_
 from ..policies.networks import make_policy, precision_context, sequence_chunks, upgrade_image_encoders, upgrade_moments
 from ..policies.normalizers import RunningStats
 from ..policies.ppo_update import average_gradients, gradients, minibatch_gradients, minibatch_loss, quality_weights
@@ -69,9 +70,12 @@ class Learner:
         # The parameter list, once: nn.Module.parameters() walks the module tree on every call,
         # and an update makes hundreds of optimizer steps.
         self.params = list(self.policy.parameters())
+        # The parameters as views of one buffer, which the optimizer steps as one tensor: clipping
+        # and Adam in a few operators per minibatch instead of a few per parameter (flat_params).
+        self.flat = FlatParameters(self.params)
         # eps=1e-5 as in the PPO2 baseline and CleanRL (PyTorch's default 1e-8 differs). Fused:
-        # one kernel for all parameters instead of a Python loop over them (same maths).
-        self.optimizer = torch.optim.Adam(self.params, lr=self.layer.ppo.lr, eps=1e-5, fused=True)
+        # one kernel instead of a chain of elementwise operators (same maths).
+        self.optimizer = torch.optim.Adam([self.flat.param], lr=self.layer.ppo.lr, eps=1e-5, fused=True)
         # learner.critic_thread: the critic's half of each minibatch on a thread of its own.
         self._critic_pool = (ThreadPoolExecutor(1, thread_name_prefix=f"critic-{self.layer.name}")
                              if cfg.learner_of(self.layer.name).critic_thread else None)
@@ -150,19 +154,16 @@ class Learner:
                 self.reward_stats.merge(RunningStats.from_state(s.reward_delta))
 
     # -- the optimizer step shared by both modes ----------------------------------------------
-    def _step(self, grads: list[torch.Tensor], lr: float, owned: bool = False) -> float:
-        """One optimizer step on ``grads``. ``owned``: they are this step's own tensors (autograd's,
-        on the learner's device), used as they are; otherwise (mode dppo: the workers' gradients,
-        on CPU, which gradient clipping would scale in place) copied first."""
-        for g_param, g in zip(self.params, grads):
-            g = g if owned else g.to(self.device, copy=True)
-            # Fused Adam reads a gradient's memory in its parameter's order whatever the gradient's
-            # strides (torch 2.13, CPU): a conv's channels-last gradient would update the wrong
-            # weights. Such a gradient is made contiguous, as the parameters are.
-            g_param.grad = g if g.stride() == g_param.stride() else g.contiguous()
+    def _step(self, grads: list[torch.Tensor], lr: float) -> float:
+        """One optimizer step on ``grads`` (one per parameter, in :attr:`params`' order; left
+        untouched: they are gathered into one new flat gradient, each in its logical order, so a
+        conv's channels-last gradient updates the right weights). Returns the gradient's norm
+        before clipping (0.0 without ``max_grad_norm``)."""
+        grad = self.flat.gather(grads)
         norm = 0.0
         if self.layer.ppo.max_grad_norm is not None:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.layer.ppo.max_grad_norm))
+            norm = float(clip_grad_norm_(grad, self.layer.ppo.max_grad_norm))
+        self.flat.param.grad = grad
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -288,7 +289,7 @@ class Learner:
                 terms, grads = minibatch_gradients(
                     self.policy, mb, adv_mean, adv_std, self.params, pool=self._critic_pool,
                     **self._loss_settings(len(mb.obs), coefs["entropy_coeff"], mb_chunks, coefs.get("teacher_coeff", 0.0)))
-                grad_norm = self._step(grads, coefs["lr"], owned=True)
+                grad_norm = self._step(grads, coefs["lr"])
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})
                 epoch_kl.append(float(terms.approx_kl))
             if self._kl_exceeded(epoch_kl):
@@ -485,7 +486,7 @@ class Learner:
         extra = {"bonus": self.bonus.checkpoint()} if self.bonus else {}
         # On CPU: checkpoints are loaded where there may be no GPU (and Ray unpickles a CUDA
         # tensor onto a GPU, which the driver may not have).
-        return extra | {"policy": on_cpu(self.policy.state_dict()), "optimizer": on_cpu(self.optimizer.state_dict()),
+        return extra | {"policy": on_cpu(self.policy.state_dict()), "optimizer": on_cpu(self.flat.per_parameter_state(self.optimizer.state_dict())),
                 "obs_stats": self.obs_stats.to_state(), "reward_stats": self.reward_stats.to_state(),
                 "version": self.version, "env_steps": self.env_steps, "updates": self.updates,
                 "rng": self._rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
@@ -495,7 +496,8 @@ class Learner:
         self.policy.load_state_dict(policy)
         optimizer = copy.deepcopy(state["optimizer"]) if converted else state["optimizer"]
         upgrade_moments(self.policy, optimizer, converted, state["policy"])
-        self.optimizer.load_state_dict(optimizer)
+        self.optimizer.load_state_dict(self.flat.flat_state(optimizer))
+        self.flat.check()
         if self.bonus is not None:
             self.bonus.restore(state.get("bonus", state))  # checkpoints before bonus plug-ins kept RND's at the top
         self.obs_stats = RunningStats.from_state(state["obs_stats"])

@@ -390,7 +390,7 @@ def test_the_learner_steps_a_conv_on_its_channels_last_gradient_as_adam_does():
     grads = gradients(learner.policy, loss(learner.policy), learner.params)
     conv = [g for (name, _), g in zip(learner.policy.named_parameters(), grads) if name.endswith("convs.0.weight")]
     assert conv and not conv[0].is_contiguous()   # what the layout gives: the case under test
-    learner._step(grads, 1e-2, owned=True)
+    learner._step(grads, 1e-2)
     ref_opt = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5)
     ref_grads = gradients(reference, loss(reference))
     for p, g in zip(reference.parameters(), ref_grads):
