@@ -26,7 +26,7 @@ from .batch import Batch, Rollout, RolloutStats
 from .config import Config, worker_quota
 from .diagnostics import DIAG_MAX_ROWS, moments
 from .messages import GradientResult
-from .threads import use_threads
+from .threads import limit_blas_threads, use_threads
 
 # The attribute a failed ``sample`` call's exception carries: per recorded layer, the ids of the
 # samples its rollout had collected, lost with it (the group counts them as failed).
@@ -43,6 +43,7 @@ class RolloutWorker:
     def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any,
                  uid: int | None = None):
         use_threads(1)  # many workers share a machine; one thread each avoids oversubscription
+        limit_blas_threads(1)  # and numpy's products too (its BLAS threads spin beside the learner)
         # Envs may read which worker made them (e.g. to vary conditions per worker). A Ray actor
         # is its own process; on the local backend the last worker made wins.
         os.environ[WORKER_INDEX_VAR] = str(worker_index)

@@ -64,3 +64,24 @@ def test_local_backend_workers_act_on_one_thread_after_a_many_thread_update(tmp_
     finally:
         trainer.shutdown()
         torch.set_num_threads(1)
+
+
+def test_a_rollout_worker_caps_numpys_blas_threads_at_one():
+    """A worker's numpy actor must not start BLAS threads that spin beside the learner."""
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from hdppo.platform.parameter_service import ParameterService
+    from hdppo.platform.rollout_worker import RolloutWorker
+
+    np.ones((4, 4)) @ np.ones((4, 4))  # numpy's BLAS is loaded
+    if not any(i["user_api"] == "blas" for i in threadpool_info()):
+        pytest.skip("numpy without a BLAS that threadpoolctl can see")
+    before = threadpool_limits(limits=2, user_api="blas")  # as a fresh process on 2+ cores starts
+    try:
+        assert any(i["num_threads"] == 2 for i in threadpool_info() if i["user_api"] == "blas")
+        cfg = validate(tiny_config())
+        RolloutWorker(cfg, ["control"], 0, 1, ParameterService())
+        assert all(i["num_threads"] == 1 for i in threadpool_info() if i["user_api"] == "blas")
+    finally:
+        before.restore_original_limits()
