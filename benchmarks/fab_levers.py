@@ -13,6 +13,9 @@ The levers:
   * ATC (apparent tardiness cost, look-ahead ``k`` x 1 day);
   * cr with an SPT tie-break;
   * LWKR (least work remaining), and cr with the late lots first, by least work remaining;
+* cr with the next step's queue: shortest-next-queue (lots per working tool of the group the lot
+  goes to next, ``w`` per lot) added to the cr key, so that a lot that would feed a starved group
+  goes first;
 * the furnace's wait for a fuller batch (``batch_wait``, minutes);
 * cr with a penalty for lots that need a setup on the idle tools;
 * release schedules: x0.8 (or x1.2) of the order rate from a given day on, or up to it.
@@ -60,6 +63,18 @@ def _group_of(sim, lots) -> int:
     return int(sim.m.L[sim.part[lot]]["group"][sim.step[lot]])
 
 
+def _next_queue(sim, lots) -> np.ndarray:
+    """Lots waiting per working tool at the group of each lot's next step (0 after the last)."""
+    out = np.zeros(len(lots))
+    for i, lot in enumerate(lots.tolist()):
+        groups = sim.m.L[sim.part[lot]]["group"]
+        s = sim.step[lot] + 1
+        if s < len(groups):
+            g = int(groups[s])
+            out[i] = len(sim.queues[g]) / max(sim.n_tools[g] - sim.down_g[g], 1)
+    return out
+
+
 def _cr(sim, lots):
     from hdppo.envs.builtin.fab import FabSim
 
@@ -77,6 +92,9 @@ KEYS = {
     # Least work remaining first: lots near the end of their route finish inside the horizon.
     "LWKR": lambda sim, lots: sim.rem[lots],
     "cr, the late lots by LWKR": lambda sim, lots: np.where(sim.due[lots] < sim.now, -1e12 + sim.rem[lots], _cr(sim, lots)),
+    # Shortest next queue beside cr, at three weights (a lot per tool downstream counts w in cr's units).
+    **{f"cr + {w:g} x next queue per tool": (lambda w: lambda sim, lots: _cr(sim, lots) + w * _next_queue(sim, lots))(w)
+       for w in (0.5, 1.0, 2.0)},
 }
 
 
