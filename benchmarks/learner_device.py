@@ -129,22 +129,9 @@ print("RESULT " + json.dumps(dict(r, learner_file=learner.__file__)))
 def time_in_child(import_root: Path | None, **kw) -> dict:
     """:func:`time_updates` on CPU in a fresh interpreter, with ``import_root`` (an older tree)
     first on ``PYTHONPATH``, or this tree; checks which copy of the learner ran."""
-    import os
-    import subprocess
+    from old_commit import run_child
 
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    if import_root is not None:
-        env["PYTHONPATH"] = str(import_root)
-    proc = subprocess.run([sys.executable, "-c", _CHILD.format(here=str(HERE), **kw)], env=env, cwd="/",
-                          capture_output=True, text=True, timeout=1800)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"timing failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
-    out = json.loads(line[len("RESULT "):])
-    if (import_root is not None) != out["learner_file"].startswith(str(import_root or "\0")):
-        raise RuntimeError(f"expected the {'old' if import_root else 'current'} learner, ran {out['learner_file']}")
-    return out
+    return run_child(_CHILD.format(here=str(HERE), **kw), import_root, "learner_file", "timing", 1800)
 
 
 def ab_rounds(base: str, rounds: int, **kw) -> dict:
@@ -248,12 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                                   batch=args.batch, minibatch=args.minibatch, epochs=args.epochs, repeats=args.repeats,
                                   threads=args.threads, net=args.net, precision=precision)
                         for hidden in args.hidden.split(",") for precision in args.precisions.split(",")]
-        md = render_ab(report)
-        args.results.mkdir(parents=True, exist_ok=True)
-        (args.results / f"{args.out}.json").write_text(json.dumps(report, indent=2) + "\n")
-        (args.results / f"{args.out}.md").write_text(md)
-        print(md)
-        return 0
+        return _write(args, report, render_ab(report))
     for hidden in args.hidden.split(","):
         for device in devices:
             for precision in args.precisions.split(","):
@@ -262,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                 report["results"].append(r)
                 print(f"[learner_device] {r['hidden']:>9s} {device:4s} {precision} {r['median_s']:.3f} s/update "
                       f"({r['min_s']:.3f}-{r['max_s']:.3f})", flush=True)
-    md = render_markdown(report)
+    return _write(args, report, render_markdown(report))
+
+
+def _write(args: argparse.Namespace, report: dict, md: str) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"{args.out}.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.results / f"{args.out}.md").write_text(md)

@@ -62,6 +62,26 @@ def old_tree(commit: str) -> Iterator[Path]:
         yield root
 
 
+def run_child(code: str, import_root: Path | None, file_key: str, what: str, timeout_s: float) -> dict:
+    """``code`` in a fresh interpreter with ``import_root`` (an old tree, :func:`old_tree`) first on
+    ``PYTHONPATH``, or the current tree without one; the code prints one line ``RESULT <json>``
+    whose ``file_key`` names the module file it ran, which must lie in the tree asked for.
+    Returns the parsed dict; raises with the output's tail when the child fails."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if import_root is not None:
+        env["PYTHONPATH"] = str(import_root)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True,
+                          timeout=timeout_s)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+    out = json.loads(line[len("RESULT "):])
+    if (import_root is not None) != out[file_key].startswith(str(import_root or "\0")):
+        raise RuntimeError(f"{what}: expected the {'old' if import_root else 'current'} tree, ran {out[file_key]}")
+    return out
+
+
 def hdppo_train(config: dict, run_dir: Path, import_root: Path | None = None,
                 overrides: list[str] | None = None, timeout_s: float = 3600.0,
                 extra_paths: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> dict:

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 from common import command_line, join_md, machine_line, write_report  # noqa: E402
 from machine import machine_info  # noqa: E402
-from old_commit import old_tree  # noqa: E402
+from old_commit import old_tree, run_child  # noqa: E402
 
 TASKS = ("hopper", "skirmish_control", "skirmish_squad", "skirmish_strategy")
 
@@ -63,22 +61,10 @@ print("RESULT " + json.dumps({{"engine": engine.__file__, "env_steps": n, "per_c
 
 
 def measure(task: str, seconds: float, import_root: Path | None) -> dict:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    if import_root is not None:
-        env["PYTHONPATH"] = str(import_root)
     code = _CHILD.format(bench=str(HERE), task=task, seconds=seconds,
                          skirmish=str(HERE.parent / "configs" / "skirmish_hierarchy.yaml"))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True,
-                          timeout=600 + 10 * seconds)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"sampling {task} failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
-    out = json.loads(line[len("RESULT "):])
-    # The copy of the engine that ran must be the one asked for.
-    if (import_root is not None) != out["engine"].startswith(str(import_root or "\0")):
-        raise RuntimeError(f"{task}: expected the {'old' if import_root else 'current'} engine, ran {out['engine']}")
-    return out
+    # The copy of the engine that ran must be the one asked for (run_child checks).
+    return run_child(code, import_root, "engine", f"sampling {task}", 600 + 10 * seconds)
 
 
 def render(report: dict) -> str:

@@ -461,3 +461,23 @@ def test_fab_speed_times_the_one_stream_the_keyed_draws_and_the_env(tmp_path):
     rows = json.loads((tmp_path / "speed.json").read_text())["rows"]
     assert [r["mode"] for r in rows] == ["rule", "rule, crn", "env"]
     assert all(r["decisions"] > 0 and r["decisions_per_s"] > 0 for r in rows)
+
+
+def test_learner_device_times_an_older_commit_beside_this_tree(tmp_path):
+    """--base: each timing in a fresh interpreter, the old tree first on PYTHONPATH or this one,
+    checked by the learner file each ran (old_commit.run_child)."""
+    import subprocess
+
+    import learner_device
+
+    head = subprocess.run(["git", "-C", str(Path(learner_device.__file__).parents[1]), "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert learner_device.main(["--hidden", "8x8", "--batch", "64", "--minibatch", "32", "--epochs", "1",
+                                "--repeats", "1", "--base", head.stdout.strip(), "--rounds", "1",
+                                "--results", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "learner_device.json").read_text())
+    (ab,) = report["ab"]
+    assert len(ab["old_s"]) == len(ab["new_s"]) == len(ab["speedups"]) == 1 and ab["old_s"][0] > 0
+    assert "| mlp | 8x8 | fp32 |" in (tmp_path / "learner_device.md").read_text()
