@@ -187,3 +187,44 @@ def test_coverage_image_is_drawn_beside_the_loop(tmp_path, monkeypatch, capsys):
     w.coverage("control", 30, pts, np.zeros(4))
     w.close()
     assert "a state-coverage image was not written: ValueError('no display')" in capsys.readouterr().err
+
+
+def test_the_coverage_embedding_runs_on_one_blas_thread(monkeypatch):
+    """The driver's SVD must not start OpenBLAS threads that spin beside the learner."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    np.ones((4, 4)) @ np.ones((4, 4))
+    if not any(i["user_api"] == "blas" for i in threadpool_info()):
+        pytest.skip("numpy without a BLAS that threadpoolctl can see")
+    seen = []
+    svd = np.linalg.svd
+
+    def spy(*args, **kwargs):
+        seen.append([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"])
+        return svd(*args, **kwargs)
+
+    monkeypatch.setattr(np.linalg, "svd", spy)
+    with threadpool_limits(limits=2, user_api="blas"):  # as the driver starts on 2+ cores
+        xy = embed_2d(np.random.default_rng(0).normal(size=(64, 10)))
+        assert all(i["num_threads"] == 2 for i in threadpool_info() if i["user_api"] == "blas")  # restored
+    assert xy.shape == (64, 2) and seen and all(n == 1 for n in seen[0])
+
+
+def test_the_coverage_drawing_thread_runs_at_the_lowest_priority():
+    import os
+    import sys
+    import threading
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("per-thread nice values are Linux's")
+    out = {}
+
+    def probe():
+        M._lowest_priority()
+        out["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert out["nice"] == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19  # the caller's thread is left alone
