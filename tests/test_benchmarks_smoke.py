@@ -481,3 +481,27 @@ def test_learner_device_times_an_older_commit_beside_this_tree(tmp_path):
     (ab,) = report["ab"]
     assert len(ab["old_s"]) == len(ab["new_s"]) == len(ab["speedups"]) == 1 and ab["old_s"][0] > 0
     assert "| mlp | 8x8 | fp32 |" in (tmp_path / "learner_device.md").read_text()
+
+
+def test_training_ab_trains_an_older_commit_beside_this_tree(tmp_path, monkeypatch):
+    """Two short `hdppo train` runs (the base is HEAD: the mechanism, not a speed), their rates
+    read from the runs' metrics and the table written."""
+    import subprocess
+
+    import common
+    import training_ab
+    import yaml
+    from conftest import tiny_config
+
+    head = subprocess.run(["git", "-C", str(Path(training_ab.__file__).parents[1]), "rev-parse", "HEAD"],
+                          capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    monkeypatch.setattr(common, "HERE", tmp_path)  # write_report writes under HERE/results
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config()))  # ray.backend local: no Ray to start in either run
+    assert training_ab.main([str(cfg), "--base", head.stdout.strip(), "--steps", "2048", "--rounds", "1",
+                             "--warmup", "1", "--out", "ab"]) == 0
+    report = json.loads((tmp_path / "results" / "ab.json").read_text())
+    assert len(report["old"]) == len(report["new"]) == 1 and report["new"][0]["env_steps_per_s"] > 0
+    assert "| 1 |" in (tmp_path / "results" / "ab.md").read_text()
