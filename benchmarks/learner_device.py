@@ -13,12 +13,16 @@ screens, one 3x3 conv of 16 channels, a dense layer of 128, ``Discrete(3)``) at 
 update (batch 1024, minibatch 256, 4 epochs, unless given), with hdppo's default activation (tanh;
 the preset uses relu).
 
+``--net battle`` times the update of ``benchmarks/multiagent.py``'s MAgent2 ``battle_v4`` runs: 13x13x5
+views flattened to 845 inputs, an MLP (64x64 by default), ``Discrete(21)``, batch 24,000 agent steps,
+minibatch 512, 5 epochs.
+
 ``--base COMMIT`` times this tree against an older commit instead, on CPU: each measurement in
 a fresh interpreter with the commit's packages first on ``PYTHONPATH`` (``old_commit.old_tree``)
 or this tree's, the two alternated ``--rounds`` times (this VM's speed drifts within minutes, so
 the figure is the ratio within each round).
 
-Usage: python benchmarks/learner_device.py [--net mlp|minatar] [--hidden 64x64,256x256] [--batch 4096]
+Usage: python benchmarks/learner_device.py [--net mlp|minatar|battle] [--hidden 64x64,256x256] [--batch 4096]
                                            [--minibatch 512] [--epochs 10] [--repeats 5] [--devices cpu,cuda]
                                            [--precisions fp32,bf16] [--out STEM]
                                            [--threads 1] [--base COMMIT --rounds 3]
@@ -45,6 +49,9 @@ from machine import machine_info  # noqa: E402
 OBS_DIM, ACT_DIM = 11, 3  # Hopper-v5
 MINATAR_SCREEN, MINATAR_ACTIONS = (10, 10, 4), 3  # Breakout: HWC booleans, 3 actions
 MINATAR_UPDATE = {"batch": 1024, "minibatch": 256, "epochs": 4}  # configs/minatar_breakout.yaml
+BATTLE_OBS, BATTLE_ACTIONS = 13 * 13 * 5, 21  # MAgent2 battle_v4: a unit's view, flattened; its actions
+BATTLE_UPDATE = {"batch": 24000, "minibatch": 512, "epochs": 5}  # benchmarks/multiagent.py's battle_v4 runs
+DEFAULTS = {"mlp": {"batch": 4096, "minibatch": 512, "epochs": 10}, "minatar": MINATAR_UPDATE, "battle": BATTLE_UPDATE}
 
 
 def _batch(n: int, net: str = "mlp", seed: int = 0):
@@ -53,6 +60,11 @@ def _batch(n: int, net: str = "mlp", seed: int = 0):
     rng = np.random.default_rng(seed)
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     values, adv = f(n), f(n)
+    if net == "battle":
+        obs = rng.random((n, BATTLE_OBS)).astype(np.float32)
+        actions = rng.integers(BATTLE_ACTIONS, size=(n, 1)).astype(np.float32)
+        return Batch(obs=obs, actions=actions, logp=np.full(n, -np.log(BATTLE_ACTIONS), np.float32), values=values,
+                     advantages=adv, returns=adv + values)
     if net == "minatar":
         obs = (rng.random((n, int(np.prod(MINATAR_SCREEN)))) < 0.1).astype(np.float32)
         actions = rng.integers(MINATAR_ACTIONS, size=(n, 1)).astype(np.float32)
@@ -80,6 +92,8 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
     if net == "minatar":
         policy = {"encoder": "cnn", "cnn_channels": [16], "cnn_features": 128, "hidden": hidden}
         space, obs_dim = gym.spaces.Discrete(MINATAR_ACTIONS), int(np.prod(MINATAR_SCREEN))
+    if net == "battle":
+        space, obs_dim = gym.spaces.Discrete(BATTLE_ACTIONS), BATTLE_OBS
     cfg = validate({"name": "learner-device", "env": {"id": "Hopper-v5"}, "diagnostics": {"every": 0},
                     "layers": [{"policy": policy, "learner": {"precision": precision},
                                 "ppo": {"minibatch_size": minibatch, "num_epochs": epochs},
@@ -110,7 +124,7 @@ def time_updates(device: str, hidden: list[int], batch: int, minibatch: int, epo
             times.append(time.perf_counter() - t0)
     steps = int(result.metrics[M.PERF_SGD_STEPS])
     name = "x".join(map(str, hidden))
-    return {"device": device, "hidden": name if net == "mlp" else f"cnn16+128 {name}".strip(), "threads": threads if device == "cpu" else None,
+    return {"device": device, "hidden": f"cnn16+128 {name}".strip() if net == "minatar" else name, "net": net, "threads": threads if device == "cpu" else None,
             "precision": precision,
             "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
             "sgd_steps": steps, "repeats": repeats}
@@ -163,7 +177,7 @@ def render_ab(report: dict) -> str:
             f"{m.get('cpu_model')}, {m.get('cpu_count')} CPUs (load average at start {m['load_avg_1_5_15'][0]:.1f}); "
             f"torch {m.get('torch')}.\n\n"
             f"One mode-central `Learner.update_central` on a synthetic batch (batch {s['batch']}, minibatch "
-            f"{s['minibatch']}, {s['epochs']} epochs; mlp: Hopper-sized, minatar: the preset's CNN), one torch thread, "
+            f"{s['minibatch']}, {s['epochs']} epochs; mlp: Hopper-sized, minatar: the preset's CNN, battle: battle_v4's MLP), one torch thread, "
             f"median of {s['repeats']} updates after a warm-up, each measurement in a fresh interpreter; the old and "
             "the new alternated, round by round.\n\n"
             "| net | hidden | precision | old s per update (rounds) | new s per update (rounds) | old / new per round | "
@@ -184,8 +198,9 @@ def render_markdown(report: dict) -> str:
         where = f"cpu ({r['threads']} thread{'s' if r['threads'] != 1 else ''})" if r["device"] == "cpu" else r["device"]
         rows.append(f"| {r['hidden']} | {where} | {r.get('precision', 'fp32')} | {r['median_s']:.3f} | {r['min_s']:.3f}-{r['max_s']:.3f} | "
                     f"{ms_step} | {vs} |")
-    what = (f"MinAtar-sized ({'x'.join(map(str, MINATAR_SCREEN))} screens, the preset's CNN, Discrete({MINATAR_ACTIONS}))"
-            if s.get("net") == "minatar" else f"Hopper-sized ({OBS_DIM} observations, {ACT_DIM}-d Box action)")
+    what = {"minatar": f"MinAtar-sized ({'x'.join(map(str, MINATAR_SCREEN))} screens, the preset's CNN, Discrete({MINATAR_ACTIONS}))",
+            "battle": f"battle_v4-sized ({BATTLE_OBS} inputs, an MLP, Discrete({BATTLE_ACTIONS}))"}.get(
+        s.get("net"), f"Hopper-sized ({OBS_DIM} observations, {ACT_DIM}-d Box action)")
     return (f"# Learner update time by device\n\nMeasured {m.get('timestamp_utc')} on {m.get('cpu_model')}, "
             f"{m.get('cpu_count')} CPUs (load average at start {m['load_avg_1_5_15'][0]:.1f}); GPU: {gpu}; "
             f"torch {m.get('torch')}.\n\n"
@@ -201,13 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--net", choices=("mlp", "minatar"), default="mlp",
-                   help="mlp: Hopper-sized MLPs; minatar: configs/minatar_breakout.yaml's CNN and update")
+    p.add_argument("--net", choices=tuple(DEFAULTS), default="mlp",
+                   help="mlp: Hopper-sized MLPs; minatar: configs/minatar_breakout.yaml's CNN and update; "
+                        "battle: benchmarks/multiagent.py's battle_v4 MLP and update")
     p.add_argument("--hidden", default=None, help="comma-separated MLP sizes, e.g. 64x64,256x256 (default: that; "
                    "with --net minatar the preset's none, written '')")
-    p.add_argument("--batch", type=int, default=None, help="default 4096 (minatar: 1024)")
+    p.add_argument("--batch", type=int, default=None, help="default 4096 (minatar: 1024, battle: 24000)")
     p.add_argument("--minibatch", type=int, default=None, help="default 512 (minatar: 256)")
-    p.add_argument("--epochs", type=int, default=None, help="default 10 (minatar: 4)")
+    p.add_argument("--epochs", type=int, default=None, help="default 10 (minatar: 4, battle: 5)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads of the CPU learner (hdppo's default 1)")
     p.add_argument("--devices", default=None, help="default: cpu, and cuda where torch sees a GPU")
@@ -218,8 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", default=None, help="time this tree against this older commit (CPU only), alternated")
     p.add_argument("--rounds", type=int, default=3, help="with --base: old/new pairs")
     args = p.parse_args(argv)
-    defaults = MINATAR_UPDATE if args.net == "minatar" else {"batch": 4096, "minibatch": 512, "epochs": 10}
-    for key, value in defaults.items():
+    for key, value in DEFAULTS[args.net].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.hidden is None:

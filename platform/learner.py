@@ -67,6 +67,10 @@ class Learner:
         self.precision = cfg.learner_of(self.layer.name).precision
         self.policy = make_policy(obs_dim, action_space, p.hidden, p.activation, p.init_log_std, critic_dim,
                                   encoder).to(self.device)
+        # Under bf16 the first dense or conv layer rounds the observations to bfloat16 anyway; rounded
+        # once per update instead, minibatches gather half the bytes and no forward pass casts them
+        # again (battle_v4's 845 inputs, 24,000 samples: see _update_inputs).
+        self._bf16_obs = self.precision == "bf16" and bool(getattr(self.policy, "bf16_inputs_exact", lambda: False)())
         # The parameter list, once: nn.Module.parameters() walks the module tree on every call,
         # and an update makes hundreds of optimizer steps.
         self.params = list(self.policy.parameters())
@@ -210,6 +214,16 @@ class Learner:
             return tb
         return type(tb)(**{f.name: getattr(tb, f.name).to(self.device) for f in dataclasses.fields(tb)})
 
+    def _update_inputs(self, tb):
+        """The update's tensors, with the observations in bfloat16 where that is exact
+        (``_bf16_obs``). On battle_v4's update (845 inputs, a 64x64 MLP) the per-minibatch casts
+        and the gathers of float32 rows were a fifth of the bf16 update's time."""
+        if not self._bf16_obs:
+            return tb
+        low = {name: t.to(torch.bfloat16) for name in ("obs", "critic_obs")
+               if (t := getattr(tb, name)) is not None and t.is_floating_point() and t.numel()}
+        return dataclasses.replace(tb, **low)
+
     # -- mode central --------------------------------------------------------------------------
     def _mine(self, items: tuple) -> list:
         """Workers return one entry per layer of their group; keep this layer's."""
@@ -268,7 +282,7 @@ class Learner:
         else:
             adv_mean, adv_std = advantage_moments(stats)
         cosine = self._central_agreement(rollouts, adv_mean, adv_std, coefs["entropy_coeff"])
-        tb = self._tensors(batch)
+        tb = self._update_inputs(self._tensors(batch))
         n = len(batch)
         k = max(1, round(n / self.layer.ppo.minibatch_size))
         chunks = self._chunks(batch)
@@ -301,7 +315,7 @@ class Learner:
         if cosine is not None:
             out[M.DIAG_GRAD_COSINE] = cosine
         if self.bonus is not None:  # trained on the same states, epochs and minibatch count; published with them
-            out[M.LOSS_RND] = self.bonus.train(tb.obs.cpu(), self.layer.ppo.num_epochs, k, self._rng)  # RND stays on CPU
+            out[M.LOSS_RND] = self.bonus.train(torch.as_tensor(batch.obs), self.layer.ppo.num_epochs, k, self._rng)  # RND stays on CPU
             self.publish()
         self._keep_snapshot()
         self._published()

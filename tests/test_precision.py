@@ -135,3 +135,45 @@ def test_the_critic_thread_gives_the_same_terms_and_gradient(precision, kind):
     for name in ("total", "policy", "value", "entropy", "approx_kl", "clipfrac", "bounds"):
         torch.testing.assert_close(getattr(one, name), getattr(two, name), msg=name)
     assert any(float(g.abs().sum()) > 0 for g in g_two[-2:])  # the critic's gradient is there
+
+
+@pytest.mark.parametrize("kind", ["mlp_discrete", "cnn_discrete", "central_critic"])
+def test_bf16_observations_rounded_once_give_the_same_update(kind):
+    """Under bf16 the learner rounds the update's observations to bfloat16 once (Learner._bf16_obs)
+    instead of in each forward pass: the same weights after an update, bit for bit."""
+    from hdppo.platform.batch import Batch, Rollout, RolloutStats
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+
+    n, rng = 512, np.random.default_rng(0)
+    policy, obs_dim, encoder, critic_dim = {"hidden": [32, 32]}, 40, None, None
+    if kind == "cnn_discrete":
+        policy = {"encoder": "cnn", "cnn_channels": [8], "cnn_features": 16, "hidden": [16]}
+        obs_dim, encoder = 100, {"kind": "cnn", "chw": (4, 5, 5), "channels_last": True, "channels": [8], "features": 16}
+    if kind == "central_critic":
+        critic_dim = 12
+    cfg = validate(tiny_config(layers=[{"name": "control", "policy": policy, "learner": {"precision": "bf16"},
+                                        "ppo": {"minibatch_size": 128, "num_epochs": 2}}]))
+    f = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
+    batch = Batch(f(n, obs_dim), rng.integers(0, 3, (n, 1)).astype(np.float32), np.full(n, -np.log(3), np.float32),
+                  f(n), f(n), f(n), critic_obs=f(n, critic_dim) if critic_dim else None, versions=np.zeros(n, np.int64))
+    stats = RolloutStats(worker=0, version=0, env_steps=n, sample_s=0.0, adv_sum=float(batch.advantages.sum()),
+                         adv_sumsq=float((batch.advantages.astype(np.float64) ** 2).sum()))
+    weights = []
+    for rounded in (True, False):
+        torch.manual_seed(0)
+        learner = Learner(cfg, 0, obs_dim, gym.spaces.Discrete(3), ParameterService(), critic_dim=critic_dim,
+                          encoder=encoder)
+        assert learner._bf16_obs  # MLP and CNN policies qualify
+        learner._bf16_obs = rounded
+        learner.update_central(Rollout(batch, stats))
+        weights.append(torch.cat([p.detach().reshape(-1) for p in learner.params]))
+    assert torch.equal(weights[0], weights[1])
+
+
+def test_only_policies_that_read_observations_through_a_dense_or_conv_layer_get_them_rounded():
+    from hdppo.policies.networks import ActorCritic
+
+    space = gym.spaces.Discrete(3)
+    assert ActorCritic(10, space).bf16_inputs_exact()
+    assert not ActorCritic(4 * 3, gym.spaces.Discrete(4), encoder={"kind": "set", "items": 4, "features": 3}).bf16_inputs_exact()
