@@ -18,7 +18,11 @@ The levers:
   goes first;
 * the furnace's wait for a fuller batch (``batch_wait``, minutes);
 * cr with a penalty for lots that need a setup on the idle tools;
-* release schedules: x0.8 (or x1.2) of the order rate from a given day on, or up to it.
+* release schedules: x0.8 (or x1.2) of the order rate from a given day on, or up to it;
+* CONWIP (constant work in process, Spearman et al. 1990): orders still arrive at the order rate,
+  but a lot enters the fab only while the WIP is below a cap (a fraction of the WIP at the start);
+  the others wait in a backlog, hot lots first, then by order time, and keep the due date their
+  order gave them. Backlogged lots past due at the end are counted with the late lots left.
 
 Usage:
     python benchmarks/fab_levers.py [--seeds 20] [--seed0 10000] [--out fab_levers]
@@ -56,6 +60,50 @@ def _sim_class():
         def key(self, lots, rule):
             return self.key_fn(self, lots) if self.key_fn is not None and rule == "cr" else super().key(lots, rule)
     return KeyedSim
+
+
+def _conwip_class(base):
+    from collections import deque
+
+    class ConwipSim(base):
+        """``base`` with CONWIP release: a lot ordered while the WIP is at ``wip_cap`` waits in a
+        backlog until a completion frees a place (see the module docstring)."""
+
+        def __init__(self, *args, wip_cap: float = 1.0, **kwargs):
+            self.backlog: dict[int, deque] = {}
+            super().__init__(*args, **kwargs)
+            self.wip_cap = wip_cap * self.n_wip  # a fraction of the WIP at the start
+
+        def _release(self, k: int) -> None:
+            from hdppo.envs.builtin.fab.sim import RELEASE
+
+            o = self.m.orders[k]
+            for _ in range(o["per_release"]):
+                self.backlog.setdefault(-o["priority"], deque()).append((k, self.now))
+            self._push(self.now + o["interval"] / self.rate, RELEASE, k)
+            self._drain()
+
+        def _complete(self, lot: int) -> None:
+            super()._complete(lot)
+            self._drain()
+
+        def _drain(self) -> None:
+            while self.n_wip + 1 <= getattr(self, "wip_cap", float("inf")) and any(self.backlog.values()):
+                k, ordered = self.backlog[min(p for p, q in self.backlog.items() if q)].popleft()
+                o = self.m.orders[k]
+                lot = self._new_lot(o["part"], o["priority"], o["pieces"], ordered + o["due_offset"] * self.m.due_scale,
+                                    self.now, 0)
+                self.stats.released += 1
+                self._to_step(lot)
+
+        def summary(self) -> dict[str, float]:
+            out = super().summary()
+            waiting = [(k, t) for q in self.backlog.values() for k, t in q]
+            late = sum(t + self.m.orders[k]["due_offset"] * self.m.due_scale <= self.now for k, t in waiting)
+            out["late_wip_end"] += float(late)
+            out["backlog_end"] = float(len(waiting))
+            return out
+    return ConwipSim
 
 
 def _group_of(sim, lots) -> int:
@@ -105,15 +153,17 @@ def variants() -> dict[str, dict]:
     out.update({f"cr, batch wait {w:g} min (240)": {"batch_wait": w} for w in (0.0, 60.0, 120.0, 480.0)})
     out.update({f"cr, release x0.8 from day {d}": {"release": [(d, 0.8)]} for d in (0, 2, 3, 4, 5)})
     out["cr, release x1.2 to day 3, then x0.8"] = {"release": [(0, 1.2), (3, 0.8)]}
+    out.update({f"cr, CONWIP at {c:g} x the starting WIP": {"wip_cap": c} for c in (0.8, 1.0, 1.1, 1.25, 1.5)})
     return out
 
 
 def run(spec: dict, model, seeds: list[int]) -> list[dict]:
     KeyedSim = _sim_class()
+    cls, extra = (_conwip_class(KeyedSim), {"wip_cap": spec["wip_cap"]}) if "wip_cap" in spec else (KeyedSim, {})
     runs = []
     for s in seeds:
-        sim = KeyedSim(model, seed=sim_seed(s), default_rule="cr", crn=True, key_fn=KEYS.get(spec.get("key")),
-                       batch_wait=spec.get("batch_wait", 240.0))
+        sim = cls(model, seed=sim_seed(s), default_rule="cr", crn=True, key_fn=KEYS.get(spec.get("key")),
+                  batch_wait=spec.get("batch_wait", 240.0), **extra)
         for day, rate in spec.get("release", []):
             sim.advance(until=day * DAY)
             sim.rate = rate

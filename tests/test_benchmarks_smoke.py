@@ -414,6 +414,21 @@ def test_fab_benchmark_with_common_random_numbers_and_a_given_assignment(tmp_pat
                         "--out", str(tmp_path / "bad")])
 
 
+def test_fab_benchmark_runs_the_rules_with_setup_avoidance(tmp_path):
+    """--setup-avoidance reaches the simulator of every rule (their runs change on a fab with setups)
+    and is named in the report."""
+    import fab as fab_bench
+
+    reports = {}
+    for flag in ([], ["--setup-avoidance"]):
+        out = tmp_path / f"fab{len(flag)}"
+        fab_bench.main(["--scenarios", "hvlm", "--seeds", "1", "--days", "hvlm=1", "--crn", *flag, "--out", str(out)])
+        reports[bool(flag)] = json.loads(out.with_suffix(".json").read_text())["scenarios"]["hvlm"]
+        assert reports[bool(flag)]["setup_avoidance"] is bool(flag)
+    assert "setup avoidance" in (tmp_path / "fab1.md").read_text()
+    assert reports[True]["rule_runs"]["cr"] != reports[False]["rule_runs"]["cr"]
+
+
 def test_fab_levers_pairs_every_variant_with_cr(tmp_path, monkeypatch):
     """benchmarks/fab_levers.py on 2 seeds: every lever's row, each paired with cr seed by seed
     (its paired difference is its tardiness minus cr's on the same seed; cr's own exactly 0, cr
@@ -452,6 +467,41 @@ def test_fab_levers_pairs_every_variant_with_cr(tmp_path, monkeypatch):
     assert rows["cr, batch wait 0 min (240)"]["paired_tardiness_diff_h"]["mean"] != 0.0
     assert rows["cr, release x0.8 from day 0"]["released"]["mean"] < rows["cr"]["released"]["mean"]
     assert "| minimum slack |" in (tmp_path / "levers.md").read_text()
+
+
+def test_fab_levers_conwip_caps_the_wip_and_keeps_the_order_due_dates():
+    """The CONWIP lever: with a cap no run reaches it is cr itself; with a tight one the WIP never
+    passes the cap once it is under it, lots wait in the backlog, and a lot released late keeps
+    the due date of its order (so holding it back cannot hide its lateness)."""
+    import fab_levers
+
+    from hdppo.envs.builtin.fab import build_model, get_scenario
+
+    model = build_model(get_scenario("hvlm_mini", days=3))
+    cr = fab_levers.run({}, model, [10000])[0]
+    loose = fab_levers.run({"wip_cap": 100.0}, model, [10000])[0]
+    assert loose["backlog_end"] == 0.0
+    assert {k: v for k, v in loose.items() if k != "backlog_end"} == pytest.approx(cr, rel=0, abs=0, nan_ok=True)
+    Sim = fab_levers._conwip_class(fab_levers._sim_class())
+    sim = Sim(model, seed=fab_levers.sim_seed(10000), default_rule="cr", crn=True, wip_cap=0.8)
+    cap, under, ordered = sim.wip_cap, False, {}
+    real_new = sim._new_lot
+
+    def new_lot(part, prio, pieces, due, start, step):
+        i = real_new(part, prio, pieces, due, start, step)
+        ordered[i] = (part, due, start)
+        return i
+
+    sim._new_lot = new_lot
+    while sim.now < model.horizon:
+        assert sim.advance(until=sim.now + 30.0) is None  # no agent groups: the rule takes every decision
+        under = under or sim.n_wip <= cap  # the run starts above the cap, at the initial WIP
+        assert not under or sim.n_wip <= cap
+    summary = sim.summary()
+    assert under and summary["backlog_end"] > 0 and summary["released"] < cr["released"]
+    offset = {o["part"]: o["due_offset"] * model.due_scale for o in model.orders}
+    released = [(part, due, start) for part, due, start in ordered.values() if start > 0]
+    assert released and any(due - start < offset[part] - 1.0 for part, due, start in released)
 
 
 def test_fab_speed_times_the_one_stream_the_keyed_draws_and_the_env(tmp_path):
