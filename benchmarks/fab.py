@@ -70,7 +70,8 @@ def paired_tardiness(runs: list[dict], base: list[dict]) -> dict:
     return stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(runs, base)])
 
 
-def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None, crn: bool = False) -> dict:
+def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None, crn: bool = False,
+              setup_avoidance: bool = False) -> dict:
     from hdppo.envs.builtin.fab import RULES, FabSim, build_model, get_scenario, log_history
 
     model = build_model(get_scenario(scenario, days))
@@ -79,7 +80,7 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
         runs = []
         t0 = time.perf_counter()
         for s in seeds:
-            sim = FabSim(model, seed=sim_seed(s), default_rule=rule, crn=crn)
+            sim = FabSim(model, seed=sim_seed(s), default_rule=rule, crn=crn, setup_avoidance=setup_avoidance)
             sim.run(rule)
             runs.append(sim.summary())
             if tb is not None and s == seeds[0]:
@@ -92,7 +93,7 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
 
 
 def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None,
-               crn: bool = False) -> dict:
+               crn: bool = False, setup_avoidance: bool = False) -> dict:
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
     from hdppo.platform.config import load_config, validate
     from hdppo.platform.evaluation import evaluate_episodes
@@ -102,6 +103,7 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
         raise SystemExit(f"{run_dir}: no config.yaml; pass a run folder of `hdppo train`")
     data = cfg.model_dump(mode="json")
     data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario, crn=crn,
+                                 setup_avoidance=setup_avoidance,
                                  **({"days": days} if days is not None else {}))
     if not crn:   # a run trained against a reference rule keeps it only where the draws are common
         data["env"]["kwargs"].pop("reference_rule", None)
@@ -126,11 +128,11 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
 
 
 def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign: dict[str, str],
-                     crn: bool = False) -> dict:
+                     crn: bool = False, setup_avoidance: bool = False) -> dict:
     """A given rule per tool group (cr at the groups it does not name), played on ``seeds``."""
     from hdppo.envs.builtin.fab import FabEnv, group_rule_policy, play
 
-    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn)
+    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn, setup_avoidance=setup_avoidance)
     names = {env.model.data.groups[g] for g in env.agent_group_ids}
     unknown = sorted(set(assign) - names)
     if unknown:
@@ -140,15 +142,15 @@ def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign
 
 
 def run_group_rules(scenario: str, days: float | None, seeds: list[int], search_seeds: list[int],
-                    crn: bool = False) -> dict:
+                    crn: bool = False, setup_avoidance: bool = False) -> dict:
     """A rule per tool group, searched on ``search_seeds`` (disjoint from ``seeds``), then played on
     ``seeds`` through the env (``action='rule'``), which resets each with the rules' sim seed."""
     from hdppo.envs.builtin.fab import search_group_rules
 
     t0 = time.perf_counter()
-    assign, searched = search_group_rules(scenario, search_seeds, days=days, crn=crn,
+    assign, searched = search_group_rules(scenario, search_seeds, days=days, crn=crn, setup_avoidance=setup_avoidance,
                                           log=lambda m: print(f"{scenario} group rules: {m}", flush=True))
-    runs = play_group_rules(scenario, days, seeds, assign, crn=crn)["runs"]
+    runs = play_group_rules(scenario, days, seeds, assign, crn=crn, setup_avoidance=setup_avoidance)["runs"]
     return {"runs": runs, "assignment": assign, "search_seeds": search_seeds, "search_tardiness_h": searched,
             "wall_s": time.perf_counter() - t0, **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
@@ -168,7 +170,8 @@ def render(report: dict) -> str:
              "tardiness is in no mean: holding late lots back, or releasing less near the end, shows there). "
              "Testbed: Kopp, Hassoun, Kalir, Mönch, SMT2020, IEEE TSM 33(4), 2020.", ""]
     for sc, block in report["scenarios"].items():
-        crn = ", common random numbers" if block.get("crn") else ""
+        crn = (", common random numbers" if block.get("crn") else "") + (
+            ", setup avoidance (SMT2020's rank_RSETUP)" if block.get("setup_avoidance") else "")
         lines += [f"## {sc} ({block['days']:g} simulated days, {block['n_seeds']} seeds from {block['seed0']}{crn})", "",
                   "| dispatcher | mean tardiness (h) | tardy fraction | mean cycle time (h) | throughput (lots/day) "
                   "| lots released | late lots in the fab at the end |",
@@ -220,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crn", action="store_true",
                    help="common random numbers (FabSim(crn=True)): every dispatcher sees the same breakdowns and "
                         "process times on a seed, so the paired differences measure the dispatching")
+    p.add_argument("--setup-avoidance", action="store_true",
+                   help="SMT2020's rank_RSETUP at tool groups with setups (FabSim(setup_avoidance=True)): lots that "
+                        "need no setup on an idle tool first, after hot lots, then the rule; the full fabs need it "
+                        "to keep up with their releases (their implant setups take 60-80 minutes)")
     p.add_argument("--out", default=str(HERE / "results" / "fab"))
     args = p.parse_args(argv)
     days = {k: float(v) for k, v in (kv.split("=") for kv in args.days.split(",") if kv)}
@@ -233,12 +240,13 @@ def main(argv: list[str] | None = None) -> int:
 
     for sc in args.scenarios.split(","):
         d = days.get(sc)
-        rules = run_rules(sc, d, seeds, Path(args.tb) if args.tb else None, crn=args.crn)
+        sim = {"crn": args.crn, "setup_avoidance": args.setup_avoidance}
+        rules = run_rules(sc, d, seeds, Path(args.tb) if args.tb else None, **sim)
         best = min(rules, key=lambda r: rules[r]["mean_tardiness_h"]["mean"])
         rows = {r: {m: v[m] for m in METRICS} for r, v in rules.items()}
         rows[f"best rule ({best})"] = rows[best]
         block = {"days": get_scenario(sc, d).days, "n_seeds": len(seeds), "seed0": args.seed0, "best_rule": best,
-                 "crn": bool(args.crn),
+                 "crn": bool(args.crn), "setup_avoidance": bool(args.setup_avoidance),
                  "rows": rows, "rule_runs": {r: v["runs"] for r, v in rules.items()}, "verdicts": {}}
         groups = None
         if args.group_rules:
@@ -246,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             if set(search) & set(seeds):
                 raise SystemExit(f"--search-seeds: seeds 500-{499 + args.search_seeds} overlap the evaluation seeds "
                                  f"{seeds[0]}-{seeds[-1]}; pick --seed0 above them")
-            groups = run_group_rules(sc, d, seeds, search, crn=args.crn)
+            groups = run_group_rules(sc, d, seeds, search, **sim)
             rows["per-group rules (searched)"] = {m: groups[m] for m in METRICS}
             block["group_rules"] = {k: groups[k] for k in ("assignment", "search_seeds", "search_tardiness_h", "runs")}
         for spec in args.assignment:
@@ -255,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 assign = dict(pair.split(":", 1) for pair in pairs.split(",") if pair)
             except ValueError:
                 raise SystemExit(f"--assignment {spec!r}: give NAME=GROUP:RULE,GROUP:RULE,...") from None
-            given = play_group_rules(sc, d, seeds, assign, crn=args.crn)
+            given = play_group_rules(sc, d, seeds, assign, **sim)
             rows[f"{name} (given per-group rules)"] = {m: given[m] for m in METRICS}
             paired = paired_tardiness(given["runs"], rules[best]["runs"])
             block.setdefault("assignments", {})[name] = {"assignment": assign, "paired_tardiness_diff_h": paired,
@@ -264,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{paired['mean']:+.2f} ± {paired['ci95']:.2f} h", flush=True)
         for spec in args.policy:
             name, _, run_dir = spec.partition("=")
-            res = run_policy(Path(run_dir), sc, d, seeds, None, crn=args.crn)
+            res = run_policy(Path(run_dir), sc, d, seeds, None, **sim)
             rows[f"{name} (trained)"] = {m: res[m] for m in METRICS}
             bt, bq = rules[best]["mean_tardiness_h"]["mean"], rules[best]["throughput_lots_per_day"]["mean"]
             pt, pq = res["mean_tardiness_h"]["mean"], res["throughput_lots_per_day"]["mean"]

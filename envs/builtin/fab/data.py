@@ -24,7 +24,9 @@ All times are converted to minutes. What is read, per file (see ``data/README.md
 - ``fromto.txt``: transport between steps, ``uniform(DTIME - DTIME2, DTIME + DTIME2)``.
 
 Not modelled: critical queue times (``STEP_CQT``/``CQT``), minimum setup run lengths
-(``setupgrp.txt``), the files' per-tool-group default rules (every rule here is applied fab-wide).
+(``setupgrp.txt``), the files' per-tool-group default rules (every rule here is applied fab-wide;
+their setup ranking ``rank_RSETUP``, which every group with setups lists, is the simulator's
+``setup_avoidance``).
 """
 from __future__ import annotations
 

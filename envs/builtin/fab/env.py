@@ -46,7 +46,7 @@ class FabEnv(gym.Env):
                  agent_groups: str | list[str] = "all", release_control: bool = False, hot_first: bool = True,
                  batch_wait: float = 240.0, reward_scale: float = 0.01, record_every: float = 60.0,
                  data_dir: str | None = None, render_mode: str | None = None, action: str = "slot",
-                 crn: bool = False, reference_rule: str | None = None):
+                 crn: bool = False, reference_rule: str | None = None, setup_avoidance: bool = False):
         if action not in ACTIONS:
             raise EnvError(f"fab action={action!r}: use 'slot' (the agent picks one of the K candidate lots) or 'rule' "
                            f"(it picks which of {list(RULES)} chooses the lot).")
@@ -73,6 +73,7 @@ class FabEnv(gym.Env):
         self.n_choices = k if action == "slot" else len(RULES)
         self.default_rule, self.hot_first, self.batch_wait = default_rule, hot_first, batch_wait
         self.crn, self.reference_rule = bool(crn), reference_rule
+        self.setup_avoidance = bool(setup_avoidance)
         self.reference: FabSim | None = None
         self.release_control, self.reward_scale, self.record_every = release_control, reward_scale, record_every
         groups = self.model.data.groups
@@ -114,11 +115,13 @@ class FabEnv(gym.Env):
         self._seeds = (seed, sim_seed)
         self.sim = FabSim(self.model, seed=sim_seed, noise=self.noise, breakdowns=self.breakdowns,
                           default_rule=self.default_rule, agent_groups=self.agent_mask, hot_first=self.hot_first,
-                          batch_wait=self.batch_wait, record_every=self.record_every, crn=self.crn)
+                          batch_wait=self.batch_wait, record_every=self.record_every, crn=self.crn,
+                          setup_avoidance=self.setup_avoidance)
         if self.reference_rule is not None:   # the same seed under one rule, kept at the agent's clock
             self.reference = FabSim(self.model, seed=sim_seed, noise=self.noise, breakdowns=self.breakdowns,
                                     default_rule=self.reference_rule, hot_first=self.hot_first,
-                                    batch_wait=self.batch_wait, record_every=math.inf, crn=True)
+                                    batch_wait=self.batch_wait, record_every=math.inf, crn=True,
+                                    setup_avoidance=self.setup_avoidance)
         self.release_level = 1
         self._max_queue = 0
         self._last = self._totals()
@@ -190,7 +193,7 @@ class FabEnv(gym.Env):
         m = self.model
         lots = dec.lots
         keys = sim.keys(lots)
-        orders = {r: sim.order(lots, keys[r]) for r in RULES}
+        orders = {r: sim.order(lots, keys[r], g) for r in RULES}
         chosen: list[int] = []
         seen: set[int] = set()
         depth = 0

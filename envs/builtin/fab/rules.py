@@ -59,7 +59,8 @@ def rule_teacher(raw_obs, members, env, rule: str = "cr", groups: dict[str, str]
 
 
 def search_group_rules(scenario="hvlm_mini", seeds=(500, 501, 502, 503, 504), days: float | None = None,
-                       sweeps: int = 2, start: str = "cr", log=None, crn: bool = False) -> tuple[dict[str, str], float]:
+                       sweeps: int = 2, start: str = "cr", log=None, crn: bool = False,
+                       setup_avoidance: bool = False) -> tuple[dict[str, str], float]:
     """A rule per tool group, by coordinate descent on the mean tardiness over ``seeds``: from
     ``start`` everywhere, try each other rule at each group in turn and keep any that lowers it;
     ``sweeps`` passes over the groups (stops early when a pass changes nothing). A baseline an
@@ -67,7 +68,7 @@ def search_group_rules(scenario="hvlm_mini", seeds=(500, 501, 502, 503, 504), da
     Returns ``(assignment {group name: rule}, its mean tardiness on seeds)``."""
     if start not in RULES:
         raise EnvError(f"fab rule {start!r}: use one of {list(RULES)}.")
-    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn)
+    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn, setup_avoidance=setup_avoidance)
     names = [env.model.data.groups[g] for g in env.agent_group_ids]
 
     def score(assign: dict[str, str]) -> float:

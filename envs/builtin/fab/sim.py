@@ -109,6 +109,11 @@ class Model:
                        rwto=r.rework_to.tolist(), setup=ids.tolist(), spt=t.tolist(), rem=rem.tolist(), n=len(r))
                   for r, ids, t, rem in zip(self.routes, self.step_setup, self.step_time, self.remaining)]
         self.delay_l = self.delay.tolist()
+        # Groups where some step needs a setup: the only ones where setup avoidance can rank anything.
+        self.has_setups = np.zeros(self.G, bool)
+        for r, ids in zip(self.routes, self.step_setup):
+            self.has_setups[r.group[ids >= 0]] = True
+        self.has_setups_l = self.has_setups.tolist()
         self.batching_l = self.data.batching.tolist()
         self.load_l = self.data.load_time.tolist()
 
@@ -168,7 +173,8 @@ class FabSim:
 
     def __init__(self, model: Model, seed: int | None = None, noise: bool = True, breakdowns: bool = True,
                  default_rule: str = "fifo", agent_groups: np.ndarray | None = None, hot_first: bool = True,
-                 batch_wait: float = 240.0, record_every: float = 60.0, check: bool = False, crn: bool = False):
+                 batch_wait: float = 240.0, record_every: float = 60.0, check: bool = False, crn: bool = False,
+                 setup_avoidance: bool = False):
         self.m = model
         self.rng = np.random.default_rng(seed)
         # Common random numbers: with ``crn`` every random quantity is keyed by what it is for
@@ -183,6 +189,11 @@ class FabSim:
         self._tool_draws: dict[tuple[int, int, int], int] = {}   # (what, tool, PM index) -> draws so far
         self._ubuf: list[float] = []
         self.noise, self.breakdowns, self.hot_first = noise, breakdowns, hot_first
+        # SMT2020's rank_RSETUP (every tool group with setups ranks by it, after hot lots, in
+        # tool.txt's FWLRANK): lots that need no setup on an idle tool before the rule's order. Off by
+        # default: the recorded results ran without it. Without it the full fab's 72-minute implant
+        # setups (Implant_128) are paid lot after lot and its queue grows without bound.
+        self.setup_avoidance = bool(setup_avoidance)
         self.default_rule = default_rule
         self.batch_wait = float(batch_wait)
         self.record_every = float(record_every)
@@ -426,10 +437,16 @@ class FabSim:
             return self.due[lots]
         return (self.due[lots] - self.now) / np.maximum(self.rem[lots], 1.0)
 
-    def order(self, lots: np.ndarray, key: np.ndarray) -> np.ndarray:
+    def order(self, lots: np.ndarray, key: np.ndarray, g: int | None = None) -> np.ndarray:
+        """``lots`` best first by ``key``: hot lots first (``hot_first``), then, with
+        ``setup_avoidance`` at a group ``g`` with setups, the lots that need no setup, then ``key``,
+        then arrival."""
+        keys = [self.arrive[lots], key]
+        if self.setup_avoidance and g is not None and self.m.has_setups_l[g] and len(lots) > 1:
+            keys.append(self.needs_setup(g, lots))
         if self.hot_first:
-            return lots[np.lexsort((self.arrive[lots], key, -self.prio[lots]))]
-        return lots[np.lexsort((self.arrive[lots], key))]
+            keys.append(-self.prio[lots])
+        return lots[np.lexsort(tuple(keys))]
 
     def legal(self, g: int) -> np.ndarray:
         q = np.asarray(self.queues[g], np.int64)
@@ -454,8 +471,8 @@ class FabSim:
                 self._push(self.check_at[g], CHECK, g)
         return q[ok]
 
-    def rule_choice(self, lots: np.ndarray, rule: str) -> int:
-        return int(self.order(lots, self.key(lots, rule))[0])
+    def rule_choice(self, lots: np.ndarray, rule: str, g: int | None = None) -> int:
+        return int(self.order(lots, self.key(lots, rule), g)[0])
 
     # ------------------------------------------------------------------ dispatching
     def _need(self, lot: int) -> int:
@@ -600,7 +617,7 @@ class FabSim:
                         self.dirty.add(g)
                         self.stats.agent_decisions += 1
                         return Decision(g, lots)
-                    self.dispatch(g, self.rule_choice(lots, rule) if len(lots) > 1 else int(lots[0]), rule)
+                    self.dispatch(g, self.rule_choice(lots, rule, g) if len(lots) > 1 else int(lots[0]), rule)
             if not events or events[0][0] >= horizon:
                 self._advance_time(horizon)
                 return None
