@@ -12,7 +12,8 @@ What it does, in one run:
    ``configs/skirmish_flat.yaml`` (flat MAPPO, central critic), each with the same total env
    steps (``--env-steps``; a hierarchy's groups share them), or taken from existing run dirs
    (``--run NAME=DIR``);
-3. **evaluation**: each trained policy plays ``--games`` games (deterministic actions, the
+3. **evaluation**: each trained policy plays ``--games`` games (deterministic actions, or sampled
+   ones with ``--sampled-actions``; the
    training sampler, seeds away from training) against ``focus_kite`` on 8v8 mixed, and the best
    one on 10v10 mixed, which it never trained on (the same weights: upper layers read state(),
    whose size is the same in every scenario; the squads are re-listed for 10v10). Win, draw and
@@ -141,14 +142,14 @@ def games_of(episodes) -> dict:
 
 
 def evaluate_checkpoint(cfg, checkpoint: Path, games: int, scenario: str, opponent: str = STRONGEST,
-                        seed: int | None = None, scripted: tuple[str, ...] = ()) -> dict:
+                        seed: int | None = None, scripted: tuple[str, ...] = (), deterministic: bool = True) -> dict:
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
     from hdppo.platform.evaluation import evaluate_episodes
 
     states = learner_states(load_checkpoint(checkpoint))
     t0 = time.perf_counter()
     episodes = evaluate_episodes(scenario_config(cfg, scenario, opponent), states, games, seed=seed, num_envs=32,
-                                 scripted=scripted)
+                                 scripted=scripted, deterministic=deterministic)
     return games_of(episodes) | {"scenario": scenario, "opponent": opponent, "checkpoint": checkpoint.name,
                                  "scripted": list(scripted), "wall_s": time.perf_counter() - t0}
 
@@ -231,7 +232,8 @@ def render_markdown(report: dict) -> str:
     lines = [f"# skirmish: win rates{' (quick smoke, not a measurement)' if s['quick'] else ''}", "",
              f"Measured {m.get('timestamp_utc', '')} on {m.get('cpu_model', '?')}, {m.get('cpu_count', '?')} CPUs "
              f"(load average at start {m.get('load_avg_1_5_15', ['?'])[0]:.1f}); "
-             f"`{report['command']}`. {s['games']} games per row; rates with 95% Wilson intervals; "
+             f"`{report['command']}`. {s['games']} games per row"
+             f"{', the trained policies acting by sampled actions' if s.get('sampled_actions') else ''}; rates with 95% Wilson intervals; "
              "kills, losses and steps are means per game, from the env's end-of-episode infos.", ""]
     trained = report.get("trained", {})
     if trained:
@@ -354,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], help="a line for the report's notes")
     p.add_argument("--no-scripted", dest="scripted", action="store_false",
                    help="skip the rows that play a run's taught layer by its teacher (see the report)")
+    p.add_argument("--sampled-actions", action="store_true",
+                   help="evaluate the trained policies with actions sampled from them (as in training), not "
+                        "their most likely actions")
     p.add_argument("--eval-set", action="append", default=[], dest="eval_overrides", metavar="KEY=VALUE",
                    help="config override for evaluation only, on each run's saved config (e.g. "
                    "layers.2.teacher.kwargs.no_overkill=true: a scripted control layer's split fire)")
@@ -378,11 +383,15 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"machine": machine_info(), "command": "python benchmarks/skirmish.py " + " ".join(argv or sys.argv[1:]),
                               "settings": {"quick": args.quick, "games": games, "env_steps": env_steps,
                                            "curve_games": curve_games, "overrides": overrides,
-                                           "eval_overrides": args.eval_overrides},
+                                           "eval_overrides": args.eval_overrides,
+                                           "sampled_actions": args.sampled_actions},
                               "notes": args.note, "trained": {}}
 
     def save() -> None:
         save_files(out, report, render_markdown(report))
+
+    def evaluate(*a, **kw) -> dict:
+        return evaluate_checkpoint(*a, deterministic=not args.sampled_actions, **kw)
 
     if "scripted" in parts:
         scen = args.scenarios.split(",") if not args.quick else ["3v3"]
@@ -416,20 +425,20 @@ def main(argv: list[str] | None = None) -> int:
             entry["earlier_env_steps"] = earlier_env_steps(cfg)
             entry["throughput"] = training_throughput(run_dir, cfg)
             entry["return_curve"] = return_curve(run_dir, cfg.layers[-1].name)
-            entry["evaluations"] = [evaluate_checkpoint(cfg, last, games, TRAIN_SCENARIO)]
+            entry["evaluations"] = [evaluate(cfg, last, games, TRAIN_SCENARIO)]
             if curve_games:
                 entry["win_curve"] = [{"env_steps": checkpoint_steps(c), "checkpoint": c.name}
-                                      | evaluate_checkpoint(cfg, c, curve_games, TRAIN_SCENARIO)
+                                      | evaluate(cfg, c, curve_games, TRAIN_SCENARIO)
                                       for c in spaced(list_checkpoints(run_dir), args.curve_points)]
             print(f"[skirmish] {name}: win {entry['evaluations'][0]['win_rate']:.1%} over {games} games", flush=True)
             for opponent in args.also_against:  # other scripted players, on the training scenario
-                entry["evaluations"].append(evaluate_checkpoint(cfg, last, games, TRAIN_SCENARIO, opponent))
+                entry["evaluations"].append(evaluate(cfg, last, games, TRAIN_SCENARIO, opponent))
                 print(f"[skirmish] {name} against {opponent}: win {entry['evaluations'][-1]['win_rate']:.1%}", flush=True)
             taught = [layer.name for layer in cfg.layers if layer.teacher is not None]
             if taught and args.scripted:
                 # The trained layers above over the taught layer's script (its teacher): whether
                 # the orders or their execution limit the win rate, on both scenarios.
-                entry["scripted_evaluations"] = [evaluate_checkpoint(cfg, last, games, sc, scripted=(taught[-1],))
+                entry["scripted_evaluations"] = [evaluate(cfg, last, games, sc, scripted=(taught[-1],))
                                                  for sc in (TRAIN_SCENARIO, TRANSFER_SCENARIO)]
         except Exception as exc:  # noqa: BLE001 - one failed config is reported, the others still run
             entry["error"] = f"{type(exc).__name__}: {exc}"
@@ -441,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         t = ok[best]
         cfg = load_config(Path(t["run_dir"]) / "config.yaml", args.eval_overrides)
         try:
-            t["evaluations"].append(evaluate_checkpoint(cfg, latest_checkpoint(Path(t["run_dir"])), games, TRANSFER_SCENARIO))
+            t["evaluations"].append(evaluate(cfg, latest_checkpoint(Path(t["run_dir"])), games, TRANSFER_SCENARIO))
         except Exception as exc:  # noqa: BLE001
             t["transfer_error"] = f"{type(exc).__name__}: {exc}"
         report["best"] = best

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from ..envs.vector import VecObs, VectorMultiAgentEnv, episode_info_values
 from ..hierarchies.engine import Sampler, run_episodes
@@ -29,11 +30,13 @@ SELECTION_SEED_OFFSET = 424_247
 
 
 def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMultiAgentEnv, first: VecObs,
-                 specs: list[LayerSpec], scripted: Sequence[str] = ()) -> Sampler:
+                 specs: list[LayerSpec], scripted: Sequence[str] = (), deterministic: bool = True,
+                 seed: int = 0) -> Sampler:
     """A deterministic sampler over ``venv`` (just reset to ``first``) with every layer's weights and
     frozen observation statistics from ``states`` (layer -> learner state, as in a checkpoint); the
     layers in ``scripted``, and those the config scripts (``schedule.mode: scripted``), act by their
-    ``teacher.policy`` instead."""
+    ``teacher.policy`` instead. ``deterministic=False`` samples the actions (from a stream seeded
+    with ``seed``) as training does."""
     policies, norms = {}, {}
     for s in specs:
         p = s.cfg.policy
@@ -41,7 +44,7 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
                                        s.encoder)
         policies[s.name].load_state_dict(states[s.name]["policy"])
         norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
-    return Sampler(specs, venv, policies, norms, deterministic=True, first=first,
+    return Sampler(specs, venv, policies, norms, deterministic=deterministic, seed=seed, first=first,
                    episode_metrics=cfg.env.episode_metrics,
                    scripted=sorted(set(scripted) | set(cfg.scripted_layers())))
 
@@ -76,15 +79,22 @@ def run_episodes_with_infos(sampler: Sampler, episodes: int) -> list[Episode]:
 
 
 def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None,
-                      num_envs: int = 8, scripted: Sequence[str] = ()) -> list[Episode]:
+                      num_envs: int = 8, scripted: Sequence[str] = (), deterministic: bool = True) -> list[Episode]:
     """As :func:`evaluate` (deterministic actions, the training sampler, ``num_envs`` copies at
     most), returning each episode with the env's infos of its last step; ``scripted`` layers act
-    by their teacher."""
+    by their teacher; ``deterministic=False`` samples the actions, as in training."""
     seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
     venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, num_envs)))
-    sampler = eval_sampler(cfg, states, venv, first, specs, scripted)
+    sampler = eval_sampler(cfg, states, venv, first, specs, scripted, deterministic, seed)
     try:
-        return run_episodes_with_infos(sampler, episodes)
+        if deterministic:
+            return run_episodes_with_infos(sampler, episodes)
+        # Sampled actions: each policy's noise comes from torch's generator (NumpyMLP's is seeded
+        # from it on first use), so seed a fork of it: the same games from the same seed, and the
+        # caller's stream left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return run_episodes_with_infos(sampler, episodes)
     finally:
         sampler.close()
 

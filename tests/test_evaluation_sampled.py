@@ -1,0 +1,35 @@
+"""Evaluation with sampled actions (evaluate_episodes(deterministic=False)): reproducible from its
+seed, and not the policy's most likely actions."""
+import numpy as np
+
+from conftest import tiny_config
+from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+from hdppo.platform.config import validate
+from hdppo.platform.evaluation import evaluate_episodes
+from hdppo.platform.trainer import Trainer
+
+
+def test_sampled_evaluation_is_seeded_and_differs_from_the_most_likely_actions(tmp_path):
+    # Classify (tests/test_teacher.py): a one-hot class each step, 1 for naming it. One update of
+    # a zero-reward run leaves the policy near uniform: its most likely action is a fixed class per
+    # observation, its samples spread over all eight.
+    layer = {"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 1},
+             "dppo": {"num_workers": 1, "num_envs_per_worker": 4, "train_batch_size": 256},
+             "normalization": {"observation": False, "reward": False}}
+    cfg = tiny_config(env={"entry_point": "test_teacher:Classify", "kwargs": {"reward": 0.0}}, layers=[layer],
+                      train={"total_env_steps": 256, "checkpoint_every": 100, "eval_episodes": 0})
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    scored = validate(dict(cfg, env={"entry_point": "test_teacher:Classify", "kwargs": {"reward": 1.0}}))
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+
+    def right(seed: int, deterministic: bool) -> list[float]:
+        return [e.ret for e in evaluate_episodes(scored, states, 32, seed=seed, num_envs=4, deterministic=deterministic)]
+
+    sampled = right(3, False)
+    assert sampled == right(3, False)                      # the same seed, the same samples
+    assert sampled != right(4, False)
+    greedy = right(3, True)
+    assert greedy != sampled
+    # Most likely actions name at most the classes whose argmax is right, in every episode alike;
+    # samples name about one class in eight, spread over episodes.
+    assert 0.5 <= np.mean(sampled) <= 4.0 and np.std(sampled) > 0.5
