@@ -109,7 +109,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import learner_states, load_checkpoint, policy_checkpoint
     from .evaluation import evaluate_with_metrics
 
+    from .errors import ConfigError
+
     run_dir = Path(args.run_dir)
+    if args.video and args.sampled_actions:
+        raise ConfigError("hdppo eval: --sampled-actions is for the episodes' figures; a --video records the "
+                          "policy's most likely actions. Drop one of the two.")
     if args.video:
         from .video import check_output
 
@@ -129,8 +134,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         video = {"video": str(args.video), "frames": rec.frames, "size": list(rec.size or ()), "fps": rec.fps,
                  "lengths": rec.lengths}
     else:
-        returns, metrics = evaluate_with_metrics(cfg, states, args.episodes, seed=args.seed, scripted=args.scripted)
+        returns, metrics = evaluate_with_metrics(cfg, states, args.episodes, seed=args.seed, scripted=args.scripted,
+                                                 deterministic=not args.sampled_actions)
     result = {"run_dir": str(run_dir), "checkpoint": ckpt.name, "episodes": len(returns), "scripted": args.scripted,
+              "sampled_actions": args.sampled_actions,
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns,
               "episode_metrics": metrics}
     result |= video or {}
@@ -140,6 +147,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
         if args.scripted:
             print(f"  acting by their teacher.policy, not their weights: {', '.join(args.scripted)}")
+        if args.sampled_actions:
+            print("  actions sampled from the policies, not their most likely ones")
         for k, v in metrics.items():
             print(f"  {k}: {v:.3f} (mean per episode)")
         if video:
@@ -316,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--scripted", action="append", default=[], metavar="LAYER",
                    help="the layer acts by its teacher.policy instead of its weights (repeatable): how well the "
                         "other layers do with the scripted skill")
+    e.add_argument("--sampled-actions", action="store_true",
+                   help="act by actions sampled from the policies, as in training (seeded by --seed), not by their "
+                        "most likely actions")
     e.set_defaults(fn=_cmd_eval)
 
     x = sub.add_parser("export", help="write a layer's deterministic policy as ONNX or TorchScript, with a JSON of its inputs")

@@ -87,16 +87,21 @@ def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: 
     venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, num_envs)))
     sampler = eval_sampler(cfg, states, venv, first, specs, scripted, deterministic, seed)
     try:
-        if deterministic:
-            return run_episodes_with_infos(sampler, episodes)
-        # Sampled actions: each policy's noise comes from torch's generator (NumpyMLP's is seeded
-        # from it on first use), so seed a fork of it: the same games from the same seed, and the
-        # caller's stream left as it was.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return run_episodes_with_infos(sampler, episodes)
+        return _play(sampler, episodes, deterministic, seed)
     finally:
         sampler.close()
+
+
+def _play(sampler: Sampler, episodes: int, deterministic: bool, seed: int) -> list[Episode]:
+    """:func:`run_episodes_with_infos`; with sampled actions, from a fork of torch's generator
+    seeded with ``seed``: each policy's noise comes from torch's generator (NumpyMLP's is seeded
+    from it on first use), so the same seed plays the same games, and the caller's stream is
+    left as it was."""
+    if deterministic:
+        return run_episodes_with_infos(sampler, episodes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return run_episodes_with_infos(sampler, episodes)
 
 
 def episode_metric_means(episodes: list[Episode], keys: Sequence[str]) -> dict[str, float]:
@@ -110,14 +115,16 @@ def episode_metric_means(episodes: list[Episode], keys: Sequence[str]) -> dict[s
 
 
 def evaluate_with_metrics(cfg: Config, states: dict[str, dict[str, Any]], episodes: int,
-                          seed: int | None = None, scripted: Sequence[str] = ()) -> tuple[list[float], dict[str, float]]:
+                          seed: int | None = None, scripted: Sequence[str] = (),
+                          deterministic: bool = True) -> tuple[list[float], dict[str, float]]:
     """As :func:`evaluate`, with the means of the env's episode metrics (``env.episode_metrics``,
-    or what the env declares: a game's win rate, for example); ``scripted`` layers act by their teacher."""
+    or what the env declares: a game's win rate, for example); ``scripted`` layers act by their
+    teacher; ``deterministic=False`` samples the actions (as :func:`evaluate_episodes`)."""
     seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
     venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
-    sampler = eval_sampler(cfg, states, venv, first, specs, scripted)
+    sampler = eval_sampler(cfg, states, venv, first, specs, scripted, deterministic, seed)
     try:
-        eps = run_episodes_with_infos(sampler, episodes)
+        eps = _play(sampler, episodes, deterministic, seed)
     finally:
         sampler.close()
     return [e.ret for e in eps], episode_metric_means(eps, sampler.episode_keys)

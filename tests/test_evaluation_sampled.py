@@ -33,3 +33,35 @@ def test_sampled_evaluation_is_seeded_and_differs_from_the_most_likely_actions(t
     # Most likely actions name at most the classes whose argmax is right, in every episode alike;
     # samples name about one class in eight, spread over episodes.
     assert 0.5 <= np.mean(sampled) <= 4.0 and np.std(sampled) > 0.5
+
+
+def test_hdppo_eval_sampled_actions(tmp_path, capsys):
+    """`hdppo eval --sampled-actions`: reported as such, seeded (the same figures twice), other figures
+    than the most likely actions'; with --video it is refused, naming both flags."""
+    import json
+
+    import yaml
+
+    from hdppo.platform.cli import main
+
+    layer = {"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 1},
+             "dppo": {"num_workers": 1, "num_envs_per_worker": 4, "train_batch_size": 256},
+             "normalization": {"observation": False, "reward": False}}
+    cfg = tiny_config(env={"entry_point": "test_teacher:Classify", "kwargs": {"reward": 1.0}}, layers=[layer],
+                      train={"total_env_steps": 256, "checkpoint_every": 100, "eval_episodes": 0},
+                      ray={"backend": "local"})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["train", str(path), "--run-dir", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+
+    def figures(*flags: str) -> dict:
+        assert main(["eval", str(tmp_path / "run"), "--episodes", "16", "--seed", "5", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    sampled = figures("--sampled-actions")
+    assert sampled["sampled_actions"] is True and sampled["returns"] == figures("--sampled-actions")["returns"]
+    greedy = figures()
+    assert greedy["sampled_actions"] is False and greedy["returns"] != sampled["returns"]
+    assert main(["eval", str(tmp_path / "run"), "--sampled-actions", "--video", str(tmp_path / "v.mp4")]) != 0
+    assert "--sampled-actions" in capsys.readouterr().err
