@@ -47,7 +47,11 @@ with ``crn=True``: with one stream, a search on a few seeds mostly fits their lu
 the first 150 route steps, plus the busiest batching group and the busiest group with setups
 when none is among them (a batching furnace and a litho track: ten groups in all), with
 a tenth of their tools, releases at 90% utilization of the busiest group, and a 7-day horizon;
-see :mod:`.scenarios`.
+see :mod:`.scenarios`. Run the full fabs with ``setup_avoidance=True``, the setup ranking their own
+tool files give: without it their implant groups pay a 60-80 minute setup lot after lot and fall
+behind the releases within days (HVLM over 90 days: 23-40 lots completed a day of 57 released,
+against 53-57 with it; ``benchmarks/results/fab_hvlm_90d_crn*.md``). It is off by default because the
+recorded mini-fab results were measured without it (there it changes little: cr 9.72 h against 9.51).
 
 **For a hierarchy** (``configs/fab_hierarchy.yaml``): a shift layer (every ``period``
 decisions, 10-17 hours of the mini fab: about a shift) commands ``MultiDiscrete([3, 5])``: a
