@@ -52,13 +52,7 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
 def evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None) -> list[float]:
     """Env returns (summed over agents) of ``episodes`` complete episodes with deterministic actions,
     through the same sampler as training. ``states`` maps each layer to its learner state (as in a checkpoint)."""
-    seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
-    venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
-    sampler = eval_sampler(cfg, states, venv, first, specs)
-    try:
-        return run_episodes(sampler, episodes)
-    finally:
-        sampler.close()
+    return [e.ret for e in _evaluate(cfg, states, episodes, seed)[0]]
 
 
 @dataclass
@@ -83,11 +77,17 @@ def evaluate_episodes(cfg: Config, states: dict[str, dict[str, Any]], episodes: 
     """As :func:`evaluate` (deterministic actions, the training sampler, ``num_envs`` copies at
     most), returning each episode with the env's infos of its last step; ``scripted`` layers act
     by their teacher; ``deterministic=False`` samples the actions, as in training."""
+    return _evaluate(cfg, states, episodes, seed, num_envs, scripted, deterministic)[0]
+
+
+def _evaluate(cfg: Config, states: dict[str, dict[str, Any]], episodes: int, seed: int | None = None,
+              num_envs: int = 8, scripted: Sequence[str] = (), deterministic: bool = True) -> tuple[list[Episode], Sequence[str]]:
+    """The episodes every evaluation plays, and the env's episode metric keys (its sampler's)."""
     seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
     venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, num_envs)))
     sampler = eval_sampler(cfg, states, venv, first, specs, scripted, deterministic, seed)
     try:
-        return _play(sampler, episodes, deterministic, seed)
+        return _play(sampler, episodes, deterministic, seed), sampler.episode_keys
     finally:
         sampler.close()
 
@@ -120,11 +120,5 @@ def evaluate_with_metrics(cfg: Config, states: dict[str, dict[str, Any]], episod
     """As :func:`evaluate`, with the means of the env's episode metrics (``env.episode_metrics``,
     or what the env declares: a game's win rate, for example); ``scripted`` layers act by their
     teacher; ``deterministic=False`` samples the actions (as :func:`evaluate_episodes`)."""
-    seed = cfg.train.seed + EVAL_SEED_OFFSET if seed is None else seed
-    venv, first, specs = probe_env(cfg, seed, max(1, min(episodes, 8)))
-    sampler = eval_sampler(cfg, states, venv, first, specs, scripted, deterministic, seed)
-    try:
-        eps = _play(sampler, episodes, deterministic, seed)
-    finally:
-        sampler.close()
-    return [e.ret for e in eps], episode_metric_means(eps, sampler.episode_keys)
+    eps, keys = _evaluate(cfg, states, episodes, seed, 8, scripted, deterministic)
+    return [e.ret for e in eps], episode_metric_means(eps, keys)
