@@ -70,8 +70,8 @@ def paired_tardiness(runs: list[dict], base: list[dict]) -> dict:
     return stat([a["mean_tardiness_h"] - b["mean_tardiness_h"] for a, b in zip(runs, base)])
 
 
-def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None, crn: bool = False,
-              setup_avoidance: bool = False) -> dict:
+def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | None, **sim) -> dict:
+    """Every rule on ``seeds``; ``sim``: the simulator's settings (``crn``, ``setup_avoidance``)."""
     from hdppo.envs.builtin.fab import RULES, FabSim, build_model, get_scenario, log_history
 
     model = build_model(get_scenario(scenario, days))
@@ -80,11 +80,11 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
         runs = []
         t0 = time.perf_counter()
         for s in seeds:
-            sim = FabSim(model, seed=sim_seed(s), default_rule=rule, crn=crn, setup_avoidance=setup_avoidance)
-            sim.run(rule)
-            runs.append(sim.summary())
+            fab = FabSim(model, seed=sim_seed(s), default_rule=rule, **sim)
+            fab.run(rule)
+            runs.append(fab.summary())
             if tb is not None and s == seeds[0]:
-                log_history(np.asarray(sim.stats.history), tb / scenario / rule)
+                log_history(np.asarray(fab.stats.history), tb / scenario / rule)
         out[rule] = {"runs": runs, "wall_s": time.perf_counter() - t0,
                      **{m: stat([r[m] for r in runs]) for m in METRICS}}
         print(f"{scenario} {rule}: tardiness {out[rule]['mean_tardiness_h']['mean']:.2f} h, "
@@ -92,8 +92,7 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
     return out
 
 
-def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None,
-               crn: bool = False, setup_avoidance: bool = False) -> dict:
+def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None, **sim) -> dict:
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
     from hdppo.platform.config import load_config, validate
     from hdppo.platform.evaluation import evaluate_episodes
@@ -102,10 +101,9 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
     if cfg is None:
         raise SystemExit(f"{run_dir}: no config.yaml; pass a run folder of `hdppo train`")
     data = cfg.model_dump(mode="json")
-    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario, crn=crn,
-                                 setup_avoidance=setup_avoidance,
+    data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario, **sim,
                                  **({"days": days} if days is not None else {}))
-    if not crn:   # a run trained against a reference rule keeps it only where the draws are common
+    if not sim.get("crn"):   # a run trained against a reference rule keeps it only where the draws are common
         data["env"]["kwargs"].pop("reference_rule", None)
     cfg = validate(data)
     ckpts = sorted((run_dir / "checkpoints").glob("*")) if (run_dir / "checkpoints").is_dir() else []
@@ -127,12 +125,11 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
             **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
 
-def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign: dict[str, str],
-                     crn: bool = False, setup_avoidance: bool = False) -> dict:
+def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign: dict[str, str], **sim) -> dict:
     """A given rule per tool group (cr at the groups it does not name), played on ``seeds``."""
     from hdppo.envs.builtin.fab import FabEnv, group_rule_policy, play
 
-    env = FabEnv(scenario=scenario, days=days, action="rule", crn=crn, setup_avoidance=setup_avoidance)
+    env = FabEnv(scenario=scenario, days=days, action="rule", **sim)
     names = {env.model.data.groups[g] for g in env.agent_group_ids}
     unknown = sorted(set(assign) - names)
     if unknown:
@@ -141,16 +138,15 @@ def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign
     return {"runs": runs, **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
 
-def run_group_rules(scenario: str, days: float | None, seeds: list[int], search_seeds: list[int],
-                    crn: bool = False, setup_avoidance: bool = False) -> dict:
+def run_group_rules(scenario: str, days: float | None, seeds: list[int], search_seeds: list[int], **sim) -> dict:
     """A rule per tool group, searched on ``search_seeds`` (disjoint from ``seeds``), then played on
     ``seeds`` through the env (``action='rule'``), which resets each with the rules' sim seed."""
     from hdppo.envs.builtin.fab import search_group_rules
 
     t0 = time.perf_counter()
-    assign, searched = search_group_rules(scenario, search_seeds, days=days, crn=crn, setup_avoidance=setup_avoidance,
+    assign, searched = search_group_rules(scenario, search_seeds, days=days, **sim,
                                           log=lambda m: print(f"{scenario} group rules: {m}", flush=True))
-    runs = play_group_rules(scenario, days, seeds, assign, crn=crn, setup_avoidance=setup_avoidance)["runs"]
+    runs = play_group_rules(scenario, days, seeds, assign, **sim)["runs"]
     return {"runs": runs, "assignment": assign, "search_seeds": search_seeds, "search_tardiness_h": searched,
             "wall_s": time.perf_counter() - t0, **{m: stat([r[m] for r in runs]) for m in METRICS}}
 

@@ -71,7 +71,7 @@ def _conwip_class(base):
 
         def __init__(self, *args, wip_cap: float = 1.0, **kwargs):
             self.backlog: dict[int, deque] = {}
-            super().__init__(*args, **kwargs)
+            super().__init__(*args, **kwargs)  # pushes the first releases; none runs before the cap is set
             self.wip_cap = wip_cap * self.n_wip  # a fraction of the WIP at the start
 
         def _release(self, k: int) -> None:
@@ -88,7 +88,7 @@ def _conwip_class(base):
             self._drain()
 
         def _drain(self) -> None:
-            while self.n_wip + 1 <= getattr(self, "wip_cap", float("inf")) and any(self.backlog.values()):
+            while self.n_wip + 1 <= self.wip_cap and any(self.backlog.values()):
                 k, ordered = self.backlog[min(p for p, q in self.backlog.items() if q)].popleft()
                 o = self.m.orders[k]
                 lot = self._new_lot(o["part"], o["priority"], o["pieces"], ordered + o["due_offset"] * self.m.due_scale,
