@@ -231,6 +231,13 @@ def test_learner_device_times_an_update_and_writes_its_table(tmp_path):
     (r,) = report["results"]
     assert report["settings"]["epochs"] == 4 and r["sgd_steps"] == 8 and r["hidden"] == "cnn16+128"
     assert "MinAtar-sized (10x10x4 screens" in (tmp_path / "learner_device.md").read_text()
+    # battle_v4's MLP on 845 inputs, at that benchmark's update shape unless given (5 epochs).
+    assert learner_device.main(["--net", "battle", "--hidden", "8x8", "--batch", "64", "--minibatch", "32",
+                                "--repeats", "1", "--devices", "cpu", "--results", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "learner_device.json").read_text())
+    (r,) = report["results"]
+    assert report["settings"]["epochs"] == 5 and r["sgd_steps"] == 10 and r["net"] == "battle"
+    assert "battle_v4-sized (845 inputs" in (tmp_path / "learner_device.md").read_text()
     # Both precisions, each row labelled, bf16 compared with fp32 on the same network; --out names the files.
     assert learner_device.main(["--hidden", "8x8", "--batch", "64", "--minibatch", "32", "--epochs", "1",
                                 "--repeats", "1", "--devices", "cpu", "--precisions", "fp32,bf16",
