@@ -101,6 +101,13 @@ class VectorMultiAgentEnv:
     def step(self, actions: np.ndarray) -> VecStep: ...
     def close(self) -> None: ...
 
+    # Optional: each copy reset with a seed of its own, so that several copies replay one episode
+    # start (``hdppo self-label`` samples many solutions of one seeded instance).
+    def reset_each(self, seeds: Sequence[int | None]) -> VecObs:
+        """Reset copy ``i`` with ``seeds[i]`` (one seed per copy)."""
+        raise EnvError(f"env {self.name!r} is natively vectorised: its copies cannot be reset one by one to given "
+                       "seeds. Use the per-copy form of the env (env.type gymnasium or pettingzoo).")
+
     # Optional: an env whose task an upper layer's decision changes (``action.to_env: true``),
     # such as swarm's goal assignment. The sampler calls it right after that layer decides and
     # before the layers below act, so that they see the changed task in the same step.
@@ -356,6 +363,12 @@ class _Checker:
                            f"{self.steps} (copy {bad[0]}). Fix the env's reward, or clip it in a wrapper, before training.")
 
 
+def _check_seeds(venv: VectorMultiAgentEnv, seeds: Sequence[int | None]) -> None:
+    if len(seeds) != venv.num_envs:
+        raise EnvError(f"env {venv.name!r}: reset_each() got {len(seeds)} seeds for {venv.num_envs} copies; "
+                       "give one seed (or None) per copy.")
+
+
 class GymnasiumCopies(VectorMultiAgentEnv):
     """``num_envs`` copies of a single-agent ``gymnasium.Env``: one slot, ``agent_0``.
 
@@ -418,8 +431,12 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         return np.stack([self._state(i) for i in range(self.num_envs)]) if self.want_state else None
 
     def reset(self, seed: int | None = None) -> VecObs:
-        for i in range(self.num_envs):
-            self._reset_copy(i, None if seed is None else seed + i)
+        return self.reset_each([None if seed is None else seed + i for i in range(self.num_envs)])
+
+    def reset_each(self, seeds: Sequence[int | None]) -> VecObs:
+        _check_seeds(self, seeds)
+        for i, s in enumerate(seeds):
+            self._reset_copy(i, s)
         return VecObs(self._obs.copy(), self._ones, self._ones, None, self._states())
 
     def step(self, actions: np.ndarray) -> VecStep:
@@ -663,8 +680,12 @@ class AdapterCopies(VectorMultiAgentEnv):
                       self._masks.copy() if self._masks is not None else None, self._states())
 
     def reset(self, seed: int | None = None) -> VecObs:
-        for i in range(self.num_envs):
-            self._reset_copy(i, None if seed is None else seed + i)
+        return self.reset_each([None if seed is None else seed + i for i in range(self.num_envs)])
+
+    def reset_each(self, seeds: Sequence[int | None]) -> VecObs:
+        _check_seeds(self, seeds)
+        for i, s in enumerate(seeds):
+            self._reset_copy(i, s)
         return self._view()
 
     def step(self, actions: np.ndarray) -> VecStep:

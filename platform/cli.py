@@ -1,4 +1,4 @@
-"""The ``hdppo`` command: train, eval, export, check-env, ablate, sweep, scale, schema, presets.
+"""The ``hdppo`` command: train, eval, export, self-label, check-env, ablate, sweep, scale, schema, presets.
 
 argparse (standard library) rather than click or typer: a handful of subcommands need no dependency,
 and its ``--help`` is what users of RL tools already know.
@@ -180,6 +180,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_self_label(args: argparse.Namespace) -> int:
+    from .self_label import SelfLabelSettings, self_label_run
+
+    run_dir, out = Path(args.run_dir), Path(args.out)
+    settings = SelfLabelSettings(iterations=args.iterations, instances=args.instances, samples=args.samples,
+                                 lr=args.lr, seed=args.seed, valid_instances=args.valid_instances,
+                                 valid_every=args.valid_every)
+    settings.check()
+    cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/jobshop.", args.working_dir)
+    summary = self_label_run(run_dir, out, settings, cfg, args.checkpoint)
+    print(f"[hdppo] self-labeled {summary['layer']} of {run_dir} ({summary['source_checkpoint']}) in "
+          f"{summary['wall_s']:.0f}s: {settings.iterations} iterations of {settings.instances} instances x "
+          f"{settings.samples} samples")
+    print(f"[hdppo] run dir: {out}  (config.yaml, checkpoints/ with best.pt by validation, self_label.json, tb/)")
+    return 0
+
+
 def _cmd_check_env(args: argparse.Namespace) -> int:
     from ..envs.check import check_target
 
@@ -340,6 +357,24 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--overwrite", action="store_true", help="replace the model file and its JSON if they exist")
     x.add_argument("--working-dir", metavar="DIR", help=RUN_WORKING_DIR_HELP)
     x.set_defaults(fn=_cmd_export)
+
+    sl = sub.add_parser("self-label", help="fine-tune a run's policy on the best of its own sampled solutions "
+                        "(job shop and other seeded construction tasks); writes a new run dir")
+    sl.add_argument("run_dir")
+    sl.add_argument("--out", required=True, help="the new run dir (must not exist, or be empty)")
+    sl.add_argument("--iterations", type=_positive(int), default=200, help="Adam steps, one per batch of instances (default 200)")
+    sl.add_argument("--instances", type=_positive(int), default=16, help="instances per iteration (default 16)")
+    sl.add_argument("--samples", type=_positive(int), default=64, help="solutions sampled per instance; the best is "
+                    "the label (default 64)")
+    sl.add_argument("--lr", type=_positive(float), default=1e-4, help="Adam learning rate (default 1e-4)")
+    sl.add_argument("--seed", type=int, default=0, help="seed of the instances and of the sampling (default 0)")
+    sl.add_argument("--valid-instances", type=int, default=64, help="fixed held-out instances solved greedily to "
+                    "pick checkpoints/best.pt (default 64; 0: none)")
+    sl.add_argument("--valid-every", type=_positive(int), default=25, help="iterations between validations and "
+                    "checkpoints (default 25)")
+    sl.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)
+    sl.add_argument("--working-dir", metavar="DIR", help=RUN_WORKING_DIR_HELP)
+    sl.set_defaults(fn=_cmd_self_label)
 
     c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")
     c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")

@@ -56,6 +56,13 @@ DIAG_OBS_DIVERGENCE = "diag/obs_divergence"        # + "/max" and "/<worker>": s
 DIAG_ACTION_DIVERGENCE = "diag/action_divergence"  # + "/max" and "/<worker>"
 DIAG_GRAD_COSINE = "diag/grad_cosine"              # mean pairwise cosine of the workers' gradients
 IMG_STATE_COVERAGE = "diag/state_coverage"         # image: 2-D PCA of sampled states, coloured by worker
+# hdppo self-label (hdppo.platform.self_label), per iteration: the cross-entropy of the best
+# solutions' decisions, the best and the mean env return of the sampled solutions, and the mean
+# return of the greedy policy on the fixed validation instances.
+SELF_LABEL_NLL = "self_label/nll"
+SELF_LABEL_BEST_RETURN = "self_label/best_return"
+SELF_LABEL_MEAN_RETURN = "self_label/mean_return"
+SELF_LABEL_VALID_RETURN = "self_label/valid_return"
 EPISODE_INFO = "episode"                           # + "/<info key>": env.episode_metrics, mean per episode
 VIDEO_EPISODE = "videos/episode"                   # animated GIF (train.video_every), top layer's run
 # Tags logged with a suffix: "/<i>" (a command, a worker) or "/max" (the worst worker).
