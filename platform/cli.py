@@ -185,7 +185,7 @@ def _cmd_self_label(args: argparse.Namespace) -> int:
 
     run_dir, out = Path(args.run_dir), Path(args.out)
     settings = SelfLabelSettings(iterations=args.iterations, instances=args.instances, samples=args.samples,
-                                 lr=args.lr, seed=args.seed, valid_instances=args.valid_instances,
+                                 lr=args.lr, epochs=args.epochs, seed=args.seed, valid_instances=args.valid_instances,
                                  valid_every=args.valid_every)
     settings.check()
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/jobshop.", args.working_dir)
@@ -367,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--samples", type=_positive(int), default=64, help="solutions sampled per instance; the best is "
                     "the label (default 64)")
     sl.add_argument("--lr", type=_positive(float), default=1e-4, help="Adam learning rate (default 1e-4)")
+    sl.add_argument("--epochs", type=_positive(int), default=1, help="Adam steps on each iteration's labels (default 1)")
     sl.add_argument("--seed", type=int, default=0, help="seed of the instances and of the sampling (default 0)")
     sl.add_argument("--valid-instances", type=int, default=64, help="fixed held-out instances solved greedily to "
                     "pick checkpoints/best.pt (default 64; 0: none)")

@@ -6,7 +6,7 @@ best-of-64 sampling meets ft06 <= 5% where the greedy policy does not (README, J
 (Corsini et al., "Self-Labeling the Job Shop Scheduling Problem", NeurIPS 2024) trains that into
 the greedy policy: sample K solutions of each of B instances with the policy, keep each instance's
 best (the highest return), and raise the log-probability of the best solution's decisions
-(cross-entropy on them, one Adam step an iteration). No critic and no reward scale are involved, so
+(cross-entropy on them, ``epochs`` Adam steps an iteration). No critic and no reward scale are involved, so
 it fine-tunes a PPO run without touching its settings.
 
 ``hdppo self-label RUN --out DIR`` reads RUN's config and checkpoint and writes DIR as a run dir of
@@ -34,7 +34,8 @@ from ..hierarchies.spec import LayerSpec, probe_env
 from ..policies.networks import ActorCritic, make_policy
 from ..policies.normalizers import ObservationNormalizer
 from ..policies.self_label import best_of_groups, self_label_nll
-from .checkpoint import learner_states, load_checkpoint, policy_checkpoint, save_best, save_checkpoint
+from .checkpoint import (learner_states, load_checkpoint, policy_checkpoint, sampled_env_steps, save_best,
+                         save_checkpoint)
 from .config import Config
 from .errors import CheckpointError, ConfigError
 from .evaluation import _normalizer
@@ -55,12 +56,13 @@ class SelfLabelSettings:
     instances: int = 16          # instances per iteration (B)
     samples: int = 64            # solutions sampled per instance (K); the best is the label
     lr: float = 1e-4
+    epochs: int = 1              # Adam steps on each iteration's labels
     seed: int = 0
     valid_instances: int = 64    # fixed held-out instances, solved greedily every valid_every iterations
     valid_every: int = 25
 
     def check(self) -> None:
-        for name in ("iterations", "instances", "samples", "valid_every"):
+        for name in ("iterations", "instances", "samples", "epochs", "valid_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"hdppo self-label: --{name.replace('_', '-')} must be at least 1, "
                                   f"got {getattr(self, name)}.")
@@ -193,6 +195,8 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
             writer.scalars(layer, 0, {SELF_LABEL_VALID_RETURN: best_valid})
             history.append({"iteration": 0, "valid_return": best_valid})
             log(f"[hdppo] self-label: {V} validation instances, greedy mean return {best_valid:.4f} before")
+            # best.pt starts as the source's weights: if no iteration beats them on validation, they stay best.
+            save_best(out, state, _best_info(best_valid, 0, state, V))
         start = time.perf_counter()
         base = TRAIN_SEED_BASE + settings.seed * 1_000_000
         for it in range(1, settings.iterations + 1):
@@ -203,10 +207,11 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
             obs = torch.from_numpy(got.obs[keep])
             acts = torch.from_numpy(got.actions[keep])
             masks = torch.from_numpy(np.ascontiguousarray(got.masks[keep])) if got.masks is not None else None
-            nll = self_label_nll(policy, obs, acts, masks)
-            optimizer.zero_grad()
-            nll.backward()
-            optimizer.step()
+            for _ in range(settings.epochs):
+                nll = self_label_nll(policy, obs, acts, masks)
+                optimizer.zero_grad()
+                nll.backward()
+                optimizer.step()
             row = {SELF_LABEL_NLL: float(nll.item()), SELF_LABEL_BEST_RETURN: float(got.returns[best].mean()),
                    SELF_LABEL_MEAN_RETURN: float(got.returns.mean())}
             if V and (it % settings.valid_every == 0 or it == settings.iterations):
@@ -221,7 +226,7 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
                 save_checkpoint(out, it, new)
                 if row[SELF_LABEL_VALID_RETURN] > best_valid:
                     best_valid = row[SELF_LABEL_VALID_RETURN]
-                    save_best(out, new, {"score": best_valid, "best_by": "validation greedy return", "update": it})
+                    save_best(out, new, _best_info(best_valid, it, state, V))
         if not V:
             save_checkpoint(out, settings.iterations, _with_policy(state, layer, policy))
         writer.close()
@@ -233,6 +238,12 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
         venv.close()
         if valid_env is not None:
             valid_env.close()
+
+
+def _best_info(score: float, iteration: int, state: dict[str, Any], episodes: int) -> dict[str, Any]:
+    """``checkpoints/best.json`` in the trainer's keys (what ``--checkpoint best`` readers show)."""
+    return {"best_by": SELF_LABEL_VALID_RETURN, "best_mode": "max", "score": score, "update": iteration,
+            "env_steps": sampled_env_steps(state), "episodes": episodes}
 
 
 def _with_policy(state: dict[str, Any], layer: str, policy: ActorCritic) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import yaml
 from conftest import tiny_config
 from hdppo.envs.errors import EnvError
 from hdppo.envs.vector import make_vector_env
-from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+from hdppo.platform.checkpoint import best_info, latest_checkpoint, learner_states, load_checkpoint
 from hdppo.platform.config import validate
 from hdppo.platform.errors import ConfigError
 from hdppo.platform.self_label import SelfLabelSettings, sample_groups, self_label_run
@@ -124,6 +124,9 @@ def test_self_labeling_improves_the_greedy_policy_and_writes_a_run_dir(tmp_path)
     assert valid[-1] >= first_labels - 1e-9, (valid, first_labels)
     assert (out / "config.yaml").read_text() == (tmp_path / "ppo" / "config.yaml").read_text()
     assert latest_checkpoint(out) is not None and (out / "checkpoints" / "best.pt").is_file()
+    best = best_info(out)   # what `--checkpoint best` readers (hdppo eval, benchmarks/jobshop.py) show
+    assert best["best_by"] == "self_label/valid_return" and best["best_mode"] == "max"
+    assert best["score"] == pytest.approx(max(valid)) and best["episodes"] == 1
     assert json.loads((out / "self_label.json").read_text())["settings"]["samples"] == 16
     tags = {json.loads(line)["tag"] for line in (out / "metrics.jsonl").read_text().splitlines()}
     assert {"self_label/nll", "self_label/best_return", "self_label/valid_return"} <= tags
