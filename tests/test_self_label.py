@@ -135,6 +135,19 @@ def test_self_labeling_improves_the_greedy_policy_and_writes_a_run_dir(tmp_path)
 
     states = learner_states(load_checkpoint(latest_checkpoint(out)))
     assert evaluate(cfg, states, 1)[0] == pytest.approx(valid[-1])
+    # benchmarks/jobshop_checkpoints.py scores every kept checkpoint and best.pt both ways; here the
+    # validation instances are ft06 too, whose initial bound is 47 and p_max 10.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import jobshop_checkpoints
+
+    rows = jobshop_checkpoints.score_run(out, "ft06", 2)
+    assert [r["checkpoint"] for r in rows][-1] == "best.pt" and len(rows) >= 2
+    for r in rows:
+        assert r["makespan"] >= 55 and r["makespan"] == round(47 - 10 * r["valid_return"])
+    assert rows[-1]["valid_return"] == pytest.approx(best["score"])
 
 
 def test_hdppo_self_label_refuses_an_existing_folder_and_bad_settings(tmp_path, capsys):
