@@ -12,7 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import command_line, machine_line, write_report  # noqa: E402
@@ -22,9 +21,8 @@ from hdppo.envs.builtin.jobshop import load_instance  # noqa: E402
 from hdppo.hierarchies.spec import probe_env  # noqa: E402
 from hdppo.platform.checkpoint import list_checkpoints, learner_states, load_checkpoint  # noqa: E402
 from hdppo.platform.config import Config, load_config, validate  # noqa: E402
-from hdppo.platform.evaluation import _normalizer, evaluate_episodes  # noqa: E402
+from hdppo.platform.evaluation import evaluate_episodes, frozen_policy  # noqa: E402
 from hdppo.platform.self_label import VALID_SEED_BASE, sample_groups  # noqa: E402
-from hdppo.policies.networks import make_policy  # noqa: E402
 
 
 def on_instance(cfg: Config, name: str) -> Config:
@@ -40,17 +38,13 @@ def score_run(run: Path, instance: str, valid: int) -> list[dict]:
     fixed = on_instance(cfg, instance)
     venv, _, specs = probe_env(cfg, VALID_SEED_BASE, valid)
     spec, rows = specs[0], []
-    p = spec.cfg.policy
     try:
         for ck in list_checkpoints(run) + [run / "checkpoints" / "best.pt"]:
             if not ck.is_file():
                 continue
             states = learner_states(load_checkpoint(ck))
-            st = states[spec.name]
-            policy = make_policy(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std,
-                                 spec.critic_dim, spec.encoder)
-            policy.load_state_dict(st["policy"])
-            got = sample_groups(venv, policy, _normalizer(cfg, spec.name, spec.obs_dim, st),
+            policy, norm = frozen_policy(cfg, spec, states[spec.name])
+            got = sample_groups(venv, policy, norm,
                                 [VALID_SEED_BASE + i for i in range(valid)], 1, deterministic=True,
                                 check_same_start=False)
             ep = evaluate_episodes(fixed, states, 1, num_envs=1)[0]

@@ -11,15 +11,26 @@ from ..envs.vector import VecObs, VectorMultiAgentEnv, episode_info_values
 from ..hierarchies.engine import Sampler, run_episodes
 from ..hierarchies.spec import LayerSpec, probe_env
 from .config import Config
-from ..policies.networks import make_policy
+from ..policies.networks import ActorCritic, make_policy
 from ..policies.normalizers import ObservationNormalizer, RunningStats
 
 
-def _normalizer(cfg: Config, layer: str, obs_dim: int, state: dict[str, Any]) -> ObservationNormalizer:
+def frozen_normalizer(cfg: Config, layer: str, obs_dim: int, state: dict[str, Any]) -> ObservationNormalizer:
+    """Layer ``layer``'s observation normalizer with the statistics of its learner ``state``, frozen."""
     n = cfg.layer(layer).normalization
     norm = ObservationNormalizer((obs_dim,), n.clip, n.observation)
     norm.set_published(RunningStats.from_state(state["obs_stats"]))
     return norm
+
+
+def frozen_policy(cfg: Config, spec: LayerSpec, state: dict[str, Any]) -> tuple[ActorCritic, ObservationNormalizer]:
+    """The layer of ``spec`` as its learner ``state`` (a checkpoint's) left it: its policy with
+    those weights and its normalizer with those statistics."""
+    p = spec.cfg.policy
+    policy = make_policy(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim,
+                         spec.encoder)
+    policy.load_state_dict(state["policy"])
+    return policy, frozen_normalizer(cfg, spec.name, spec.obs_dim, state)
 
 
 # The default evaluation seed: away from the training seeds (train.seed + worker offsets).
@@ -39,11 +50,7 @@ def eval_sampler(cfg: Config, states: dict[str, dict[str, Any]], venv: VectorMul
     with ``seed``) as training does."""
     policies, norms = {}, {}
     for s in specs:
-        p = s.cfg.policy
-        policies[s.name] = make_policy(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim,
-                                       s.encoder)
-        policies[s.name].load_state_dict(states[s.name]["policy"])
-        norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
+        policies[s.name], norms[s.name] = frozen_policy(cfg, s, states[s.name])
     return Sampler(specs, venv, policies, norms, deterministic=deterministic, seed=seed, first=first,
                    episode_metrics=cfg.env.episode_metrics,
                    scripted=sorted(set(scripted) | set(cfg.scripted_layers())))

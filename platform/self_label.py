@@ -31,14 +31,14 @@ import torch
 
 from ..envs.vector import VectorMultiAgentEnv, env_actions
 from ..hierarchies.spec import LayerSpec, probe_env
-from ..policies.networks import ActorCritic, make_policy
+from ..policies.networks import ActorCritic
 from ..policies.normalizers import ObservationNormalizer
 from ..policies.self_label import best_of_groups, self_label_nll
 from .checkpoint import (learner_states, load_checkpoint, policy_checkpoint, sampled_env_steps, save_best,
                          save_checkpoint)
 from .config import Config
 from .errors import CheckpointError, ConfigError
-from .evaluation import _normalizer
+from .evaluation import frozen_policy
 from .metrics import (SELF_LABEL_BEST_RETURN, SELF_LABEL_MEAN_RETURN, SELF_LABEL_NLL, SELF_LABEL_VALID_RETURN,
                       MetricsWriter)
 
@@ -169,11 +169,7 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
         layer = spec.name
         if layer not in states:
             raise CheckpointError(f"{ckpt} holds no weights for layer {layer!r}; pick the run's own checkpoint.")
-        p = spec.cfg.policy
-        policy = make_policy(spec.obs_dim, spec.action_space, p.hidden, p.activation, p.init_log_std, spec.critic_dim,
-                             spec.encoder)
-        policy.load_state_dict(states[layer]["policy"])
-        norm = _normalizer(cfg, layer, spec.obs_dim, states[layer])
+        policy, norm = frozen_policy(cfg, spec, states[layer])
         torch.manual_seed(settings.seed)
         optimizer = torch.optim.Adam(policy.actor.parameters(), lr=settings.lr)
         V = settings.valid_instances

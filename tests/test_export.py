@@ -18,9 +18,8 @@ from hdppo.hierarchies.spec import probe_env
 from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
 from hdppo.platform.cli import main
 from hdppo.platform.config import load_config, validate
-from hdppo.platform.evaluation import _normalizer
+from hdppo.platform.evaluation import frozen_policy
 from hdppo.platform.trainer import Trainer
-from hdppo.policies.networks import ActorCritic
 
 STATES = 1000
 TRAIN = {"total_env_steps": 512, "eval_episodes": 0, "checkpoint_every": 1}
@@ -90,11 +89,7 @@ def record(run_dir, layer: str, n: int = STATES):
     venv, first, specs = probe_env(cfg, cfg.train.seed + 17, 4)
     policies, norms = {}, {}
     for s in specs:
-        p = s.cfg.policy
-        policies[s.name] = ActorCritic(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std, s.critic_dim,
-                                       s.encoder)
-        policies[s.name].load_state_dict(states[s.name]["policy"])
-        norms[s.name] = _normalizer(cfg, s.name, s.obs_dim, states[s.name])
+        policies[s.name], norms[s.name] = frozen_policy(cfg, s, states[s.name])
     norm = norms[layer] = _Recording(norms[layer])
     policy, act = policies[layer], policies[layer].act
     raws, masks, actions = [], [], []

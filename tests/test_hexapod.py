@@ -316,7 +316,7 @@ def test_exported_control_layer_replays_in_mujoco(walk_run, fmt, tmp_path):
     from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
     from hdppo.platform.cli import main
     from hdppo.platform.config import load_config
-    from hdppo.platform.evaluation import _normalizer
+    from hdppo.platform.evaluation import frozen_normalizer
     from hdppo.policies.networks import ActorCritic
 
     if fmt == "onnx":
@@ -344,7 +344,7 @@ def test_exported_control_layer_replays_in_mujoco(walk_run, fmt, tmp_path):
     env = make(**cfg.env.kwargs)
     policy = ActorCritic(env.observation_space.shape[0], env.action_space, p.hidden, p.activation, p.init_log_std)
     policy.load_state_dict(state["policy"])
-    norm = _normalizer(cfg, "control", env.observation_space.shape[0], state)
+    norm = frozen_normalizer(cfg, "control", env.observation_space.shape[0], state)
 
     def in_process(obs):
         a, _, _ = policy.act(torch.from_numpy(norm(obs[None].astype(np.float32))), deterministic=True)
