@@ -12,7 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import command_line, machine_line, write_report  # noqa: E402
 from machine import machine_info  # noqa: E402
