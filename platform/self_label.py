@@ -85,12 +85,17 @@ class SampledGroups:
     returns: np.ndarray
 
 
+def _one_layer_one_agent(cfg: Config, source: str, agents: int | None = None) -> None:
+    if len(cfg.layers) != 1 or (agents is not None and agents != 1):
+        over = f" over {agents} agent(s)" if agents is not None else ""
+        raise ConfigError(f"hdppo self-label {source}: its config has {len(cfg.layers)} layer(s){over}; "
+                          "self-labeling fine-tunes a single-layer, single-agent run (one solution per episode). "
+                          "Give a run of such a config.")
+
+
 def _check_run(cfg: Config, spec: LayerSpec, venv: VectorMultiAgentEnv, source: str) -> None:
     layer = spec.name
-    if len(cfg.layers) != 1 or len(venv.agents) != 1:
-        raise ConfigError(f"hdppo self-label {source}: its config has {len(cfg.layers)} layer(s) over "
-                          f"{len(venv.agents)} agent(s); self-labeling fine-tunes a single-layer, single-agent "
-                          "run (one solution per episode). Give a run of such a config.")
+    _one_layer_one_agent(cfg, source, len(venv.agents))
     head = spec.action_space
     if not hasattr(head, "n") and not hasattr(head, "nvec"):
         raise ConfigError(f"hdppo self-label {source}: layer {layer!r} has a {type(head).__name__} action space; "
@@ -157,6 +162,7 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
     settings.check()
     run_dir, out = Path(run_dir), Path(out)
     _refuse_existing(out)
+    _one_layer_one_agent(cfg, str(run_dir))   # before the checkpoint is read and B x K env copies are made
     ckpt = policy_checkpoint(run_dir, checkpoint)
     state = load_checkpoint(ckpt)
     states = learner_states(state)

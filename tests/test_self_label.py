@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import tiny_config
+from conftest import ROOT, tiny_config
 from hdppo.envs.errors import EnvError
 from hdppo.envs.vector import make_vector_env
 from hdppo.platform.checkpoint import best_info, latest_checkpoint, learner_states, load_checkpoint
@@ -164,3 +164,15 @@ def test_hdppo_self_label_refuses_an_existing_folder_and_bad_settings(tmp_path, 
     assert main(["self-label", str(tmp_path / "ppo"), "--out", str(tmp_path / "new"), "--samples", "1"]) != 0
     assert "--samples must be at least 2" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_hierarchy_is_refused_before_anything_is_read_or_made(tmp_path, capsys):
+    from hdppo.platform.cli import main
+
+    run = tmp_path / "hier"
+    run.mkdir()
+    (run / "config.yaml").write_text((ROOT / "configs" / "default.yaml").read_text())   # two layers, no checkpoint
+    assert main(["self-label", str(run), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "2 layer(s)" in err and "single-layer, single-agent" in err
+    assert not (tmp_path / "out").exists()
