@@ -52,7 +52,7 @@ VALID_SEED_BASE = 40_000_000
 
 @dataclass(frozen=True)
 class SelfLabelSettings:
-    iterations: int = 200        # Adam steps, one per batch of instances
+    iterations: int = 200        # each a fresh batch of instances
     instances: int = 16          # instances per iteration (B)
     samples: int = 64            # solutions sampled per instance (K); the best is the label
     lr: float = 1e-4
