@@ -362,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(job shop and other seeded construction tasks); writes a new run dir")
     sl.add_argument("run_dir")
     sl.add_argument("--out", required=True, help="the new run dir (must not exist, or be empty)")
-    sl.add_argument("--iterations", type=_positive(int), default=200, help="iterations, each a fresh batch of instances (default 200)")
+    sl.add_argument("--iterations", type=_positive(int), default=200,
+                    help="iterations, each a fresh batch of instances (default 200)")
     sl.add_argument("--instances", type=_positive(int), default=16, help="instances per iteration (default 16)")
     sl.add_argument("--samples", type=_positive(int), default=64, help="solutions sampled per instance; the best is "
                     "the label (default 64)")
