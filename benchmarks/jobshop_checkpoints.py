@@ -21,7 +21,7 @@ from hdppo.hierarchies.spec import probe_env  # noqa: E402
 from hdppo.platform.checkpoint import list_checkpoints, learner_states, load_checkpoint  # noqa: E402
 from hdppo.platform.config import Config, load_config, validate  # noqa: E402
 from hdppo.platform.evaluation import evaluate_episodes, frozen_policy  # noqa: E402
-from hdppo.platform.self_label import VALID_SEED_BASE, sample_groups  # noqa: E402
+from hdppo.platform.self_label import VALID_SEED_BASE, valid_return  # noqa: E402
 
 
 def on_instance(cfg: Config, name: str) -> Config:
@@ -43,12 +43,10 @@ def score_run(run: Path, instance: str, valid: int) -> list[dict]:
                 continue
             states = learner_states(load_checkpoint(ck))
             policy, norm = frozen_policy(cfg, spec, states[spec.name])
-            got = sample_groups(venv, policy, norm,
-                                [VALID_SEED_BASE + i for i in range(valid)], 1, deterministic=True,
-                                check_same_start=False)
+            score = valid_return(venv, policy, norm)
             ep = evaluate_episodes(fixed, states, 1, num_envs=1)[0]
             makespan = int(ep.infos["agent_0"]["makespan"])
-            rows.append({"checkpoint": ck.name, "valid_return": float(got.returns.mean()), "makespan": makespan})
+            rows.append({"checkpoint": ck.name, "valid_return": score, "makespan": makespan})
     finally:
         venv.close()
     return rows

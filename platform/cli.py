@@ -187,7 +187,6 @@ def _cmd_self_label(args: argparse.Namespace) -> int:
     settings = SelfLabelSettings(iterations=args.iterations, instances=args.instances, samples=args.samples,
                                  lr=args.lr, epochs=args.epochs, seed=args.seed, valid_instances=args.valid_instances,
                                  valid_every=args.valid_every)
-    settings.check()
     cfg = _run_dir_config(run_dir, "Pass the folder `hdppo train` printed, e.g. runs/jobshop.", args.working_dir)
     summary = self_label_run(run_dir, out, settings, cfg, args.checkpoint)
     print(f"[hdppo] self-labeled {summary['layer']} of {run_dir} ({summary['source_checkpoint']}) in "

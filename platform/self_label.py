@@ -42,7 +42,7 @@ from .evaluation import frozen_policy
 from .metrics import (SELF_LABEL_BEST_RETURN, SELF_LABEL_MEAN_RETURN, SELF_LABEL_NLL, SELF_LABEL_VALID_RETURN,
                       MetricsWriter)
 
-__all__ = ["SelfLabelSettings", "SampledGroups", "sample_groups", "self_label_run"]
+__all__ = ["SelfLabelSettings", "SampledGroups", "sample_groups", "self_label_run", "valid_return"]
 
 # Instance seeds: far from the training seeds (train.seed + worker offsets) and from the
 # evaluation's (train.seed + 999,983); validation instances are fixed, training ones never repeat.
@@ -124,7 +124,8 @@ def sample_groups(venv: VectorMultiAgentEnv, policy: ActorCritic, norm: Observat
                               "reset(seed=s) always starts the same episode (instance drawn from the env's "
                               "np_random, no unseeded randomness).")
     space = policy.head
-    env_act = env_actions(venv.action_space(venv.agents[0]), n).reshape((n, 1, *venv.action_space(venv.agents[0]).shape))
+    action_space = venv.action_space(venv.agents[0])
+    env_act = env_actions(action_space, n).reshape((n, 1, *action_space.shape))
     active = np.ones(n, bool)
     returns = np.zeros(n)
     obs_rows, mask_rows, act_rows, copy_rows = [], [], [], []
@@ -147,6 +148,14 @@ def sample_groups(venv: VectorMultiAgentEnv, policy: ActorCritic, norm: Observat
         now = res
     return SampledGroups(np.concatenate(obs_rows), np.concatenate(mask_rows) if mask_rows else None,
                          np.concatenate(act_rows), np.concatenate(copy_rows), returns)
+
+
+def valid_return(venv: VectorMultiAgentEnv, policy: ActorCritic, norm: ObservationNormalizer) -> float:
+    """The greedy policy's mean return on the validation instances, one per copy of ``venv``
+    (seeds ``VALID_SEED_BASE + i``): the score that picks ``best.pt``."""
+    seeds = [VALID_SEED_BASE + i for i in range(venv.num_envs)]
+    got = sample_groups(venv, policy, norm, seeds, 1, deterministic=True, check_same_start=False)
+    return float(got.returns.mean())
 
 
 def _refuse_existing(out: Path) -> None:
@@ -179,13 +188,11 @@ def self_label_run(run_dir: Path, out: Path, settings: SelfLabelSettings, cfg: C
         torch.manual_seed(settings.seed)
         optimizer = torch.optim.Adam(policy.actor.parameters(), lr=settings.lr)
         V = settings.valid_instances
-        valid_seeds = [VALID_SEED_BASE + i for i in range(V)]
         if V:
             valid_env, _, _ = probe_env(cfg, VALID_SEED_BASE, V)
 
         def validate() -> float:
-            got = sample_groups(valid_env, policy, norm, valid_seeds, 1, deterministic=True, check_same_start=False)
-            return float(got.returns.mean())
+            return valid_return(valid_env, policy, norm)
 
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text((run_dir / "config.yaml").read_text())

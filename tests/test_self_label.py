@@ -85,15 +85,11 @@ def _jobshop_run(tmp_path, kwargs=None):
 def test_sampled_copies_of_one_instance_record_one_episode_each(tmp_path):
     cfg = _jobshop_run(tmp_path)
     state = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "ppo")))["control"]
-    venv = make_vector_env("gymnasium", None, JOBSHOP["entry_point"], JOBSHOP["kwargs"], None, 6)
-    p = cfg.layers[0].policy
     from hdppo.hierarchies.spec import probe_env
+    from hdppo.platform.evaluation import frozen_policy
 
-    _, _, specs = probe_env(cfg, 0, 1)
-    policy = make_policy(specs[0].obs_dim, specs[0].action_space, p.hidden, p.activation, p.init_log_std, None,
-                         specs[0].encoder)
-    policy.load_state_dict(state["policy"])
-    norm = ObservationNormalizer((specs[0].obs_dim,), enabled=False)
+    venv, _, specs = probe_env(cfg, 0, 6)
+    policy, norm = frozen_policy(cfg, specs[0], state)
     try:
         greedy = sample_groups(venv, policy, norm, [11, 12], 3, deterministic=True)
         # Greedy copies of one instance build one schedule; two instances, two (generally) different ones.
