@@ -368,10 +368,17 @@ class LearnerConfig(_Strict):
 
     critic_thread: bool = Field(
         False, description="Compute each minibatch's critic forward and backward on a second thread while the "
-        "actor's run on the first (policies with separate actor and critic networks, not recurrent; others ignore "
-        "it). The same gradient; on two free cores a MinAtar CNN minibatch took 0.65x the time. Pays where a core "
+        "actor's run on the first (policies with separate actor and critic networks, not recurrent, and not taking the "
+        "written-out MLP gradient, see autograd; others ignore it). The same gradient; on two free cores a MinAtar CNN minibatch took 0.65x the time. Pays where a core "
         "is free during the update (sync 'sync': MinAtar 1.10-1.15x env steps/s); beside a pipelined worker that "
         "keeps the other core busy it gained nothing.")
+
+    autograd: bool = Field(
+        False, description="Take every minibatch's gradient with torch.autograd. By default a layer whose actor and "
+        "critic are plain MLPs (Linear with tanh or relu, fp32, no teacher or bounds loss, not recurrent) gets its PPO "
+        "gradient written out (hdppo/policies/mlp_gradients.py): the same numbers to float32 rounding in about a "
+        "third of the operator calls (a 512-sample step of a 64x64 MLP: 0.8 against 1.4 ms). For checking the two "
+        "against each other; autograd is used anyway where the written-out gradient does not apply.")
 
     @field_validator("num_threads")
     @classmethod

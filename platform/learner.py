@@ -81,6 +81,7 @@ class Learner:
         # one kernel instead of a chain of elementwise operators (same maths).
         self.optimizer = torch.optim.Adam([self.flat.param], lr=self.layer.ppo.lr, eps=1e-5, fused=True)
         # learner.critic_thread: the critic's half of each minibatch on a thread of its own.
+        self._autograd = cfg.learner_of(self.layer.name).autograd
         self._critic_pool = (ThreadPoolExecutor(1, thread_name_prefix=f"critic-{self.layer.name}")
                              if cfg.learner_of(self.layer.name).critic_thread else None)
         # The learner side of the layer's exploration bonus, if it has one (RND's predictor).
@@ -301,7 +302,7 @@ class Learner:
                     sel = torch.as_tensor(idx, device=self.device)
                     mb, mb_chunks = tb, (index[sel], valid[sel])
                 terms, grads = minibatch_gradients(
-                    self.policy, mb, adv_mean, adv_std, self.params, pool=self._critic_pool,
+                    self.policy, mb, adv_mean, adv_std, self.params, pool=self._critic_pool, autograd=self._autograd,
                     **self._loss_settings(len(mb.obs), coefs["entropy_coeff"], mb_chunks, coefs.get("teacher_coeff", 0.0)))
                 grad_norm = self._step(grads, coefs["lr"])
                 logs.append(_terms_dict(terms) | {"grad_norm": grad_norm})

@@ -35,7 +35,7 @@ from ..policies.bonuses import make_bonus
 from ..policies.compression import compress
 from ..policies.networks import ActorCritic, make_policy, sequence_chunks
 from ..policies.normalizers import ObservationNormalizer, RewardScaler, RunningStats
-from ..policies.ppo_update import gradients, minibatch_loss
+from ..policies.ppo_update import minibatch_gradients
 from ..policies.schedules import linear
 
 
@@ -232,11 +232,12 @@ class RolloutWorker:
             grads: Any = [torch.zeros_like(q) for q in policy.parameters()]
             info = {k: 0.0 for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
             return GradientResult(grads, 0, info)
-        terms = minibatch_loss(policy, mb, adv_mean, adv_std, clip=p.clip, value_clip=p.value_clip,
-                               vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff, normalize=p.normalize_advantages,
-                               chunks=chunks, bounds_coeff=p.bounds_loss_coeff,
-                               precision=self.cfg.learner_of(name).precision)
-        grads = gradients(policy, terms.total)
+        learner = self.cfg.learner_of(name)
+        terms, grads = minibatch_gradients(policy, mb, adv_mean, adv_std, list(policy.parameters()), clip=p.clip,
+                                           value_clip=p.value_clip, vf_coeff=p.vf_coeff, entropy_coeff=entropy_coeff,
+                                           normalize=p.normalize_advantages, chunks=chunks,
+                                           bounds_coeff=p.bounds_loss_coeff, precision=learner.precision,
+                                           autograd=learner.autograd)
         info = {k: float(getattr(terms, k).detach()) for k in ("policy", "value", "entropy", "approx_kl", "clipfrac")}
         scheme = self.cfg.layer(name).dppo.compression
         if scheme != "none":

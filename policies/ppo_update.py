@@ -6,6 +6,7 @@ from concurrent.futures import Future
 
 import torch
 
+from . import mlp_gradients
 from .networks import ActorCritic, precision_context
 from .ppo_loss import LossTerms, clipped_value_loss, normalize_advantages, ppo_loss, teacher_nll
 
@@ -29,13 +30,25 @@ def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, 
 
 
 def minibatch_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, params: list[torch.Tensor], *,
-                        pool=None, precision: str = "fp32", **loss) -> tuple[LossTerms, list[torch.Tensor]]:
+                        pool=None, precision: str = "fp32", autograd: bool = False,
+                        **loss) -> tuple[LossTerms, list[torch.Tensor]]:
     """:func:`minibatch_loss`'s terms and the gradient of their total with respect to ``params``
-    (every parameter of ``policy``, in its order). With ``pool`` (an executor of one thread) and a
-    policy whose critic shares no parameter with its actor, the critic's forward and backward run
-    on the pool's thread while the actor's run on this one: two autograd graphs at once, the heavy
-    operators releasing the GIL. The gradient is the same; the terms too (the value loss counted
-    in ``total`` for the record, its gradient taken on the other thread)."""
+    (every parameter of ``policy``, in its order).
+
+    A plain MLP actor-critic gets the gradient written out (:mod:`policies.mlp_gradients`: the
+    same numbers, a third of the operator calls), unless ``autograd``. Otherwise autograd; then,
+    with ``pool`` (an executor of one thread) and a policy whose critic shares no parameter with
+    its actor, the critic's forward and backward run on the pool's thread while the actor's run
+    on this one: two autograd graphs at once, the heavy operators releasing the GIL. The gradient
+    is the same; the terms too (the value loss counted in ``total`` for the record, its gradient
+    taken on the other thread)."""
+    if not autograd and mlp_gradients.supported(
+            policy, chunks=loss.get("chunks"), teacher_coeff=loss.get("teacher_coeff", 0.0),
+            has_teacher=bool(mb.teacher.shape[-1]), bounds_coeff=loss.get("bounds_coeff", 0.0),
+            replay=loss.get("replay"), precision=precision):
+        return mlp_gradients.ppo_gradients(policy, mb, adv_mean, adv_std, params, clip=loss["clip"],
+                                           value_clip=loss["value_clip"], vf_coeff=loss["vf_coeff"],
+                                           entropy_coeff=loss["entropy_coeff"], normalize=loss.get("normalize", True))
     critic = _separate_critic(policy) if pool is not None and loss.get("chunks") is None else None
     if critic is None:
         terms = minibatch_loss(policy, mb, adv_mean, adv_std, precision=precision, **loss)

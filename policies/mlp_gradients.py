@@ -1,0 +1,200 @@
+"""The PPO minibatch gradient of a plain MLP actor-critic, written out by hand.
+
+A PPO learner on CPU makes hundreds of small optimizer steps per update, and on the MLPs most
+layers use (64x64, tanh) each step's time is torch's per-operator cost and the autograd engine's,
+not the maths: a 512-sample step of battle_v4's 845-input MLP made ~150 operator calls, its
+matmuls a third of the time (README, Benchmarks). For an actor and a critic that are stacks of
+``Linear`` and ``Tanh``/``ReLU`` layers, the loss of :mod:`policies.ppo_loss` has a gradient short
+enough to write: the forward pass keeps each layer's input, the loss's derivative with respect to
+the logits (or Gaussian mean) and the value is a few elementwise operations, and each layer's
+backward pass is two matmuls and an activation's derivative. About a third of the calls, no graph.
+
+The numbers are those of autograd on :func:`policies.ppo_update.minibatch_loss` (to float32
+rounding; ``tests/test_mlp_gradients.py`` compares them on every head, with masks, stale-sample
+weights, decoupled PPO, value clipping and a central critic). :func:`supported` says when this
+applies; anything else (a teacher, the bounds loss, bf16, recurrent, image or set encoders) keeps
+autograd.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from .networks import ActorCritic
+from .ppo_loss import LossTerms
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_ACTS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
+
+
+def mlp_layers(seq: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, str | None]] | None:
+    """``[(weight, bias, activation after it or None)]`` of a Sequential of Linear layers each
+    followed by at most one Tanh or ReLU, ending in a Linear; None for anything else."""
+    if not isinstance(seq, nn.Sequential) or not len(seq):
+        return None
+    out: list[tuple[torch.Tensor, torch.Tensor, str | None]] = []
+    for m in seq:
+        if type(m) is nn.Linear and m.bias is not None:
+            out.append((m.weight, m.bias, None))
+        elif type(m) in _ACTS and out and out[-1][2] is None:
+            w, b, _ = out[-1]
+            out[-1] = (w, b, _ACTS[type(m)])
+        else:
+            return None
+    return out if out[-1][2] is None else None
+
+
+def forward(layers: list, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The MLP's output and each layer's input (``x`` first), for :func:`backward`."""
+    inputs = []
+    for w, b, act in layers:
+        inputs.append(x)
+        x = torch.addmm(b, x, w.t())
+        if act == "tanh":
+            x = torch.tanh(x)
+        elif act == "relu":
+            x = torch.relu(x)
+    return x, inputs
+
+
+def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
+    """``[dW, db, ...]`` in the layers' order, given ``g`` = d loss / d output; no gradient
+    with respect to the MLP's input is formed."""
+    grads: list[torch.Tensor] = []
+    for k in range(len(layers) - 1, -1, -1):
+        w, _, _ = layers[k]
+        grads += [g.sum(0), g.t().mm(inputs[k])]   # reversed below: dW before db
+        if k == 0:
+            break
+        g = g.mm(w)
+        act, a = layers[k - 1][2], inputs[k]       # a = act(z): both derivatives read the output
+        if act == "tanh":
+            g = g * (1.0 - a * a)
+        elif act == "relu":
+            g = g * (a > 0)
+    grads.reverse()
+    return grads
+
+
+def supported(policy: Any, *, chunks: Any = None, teacher_coeff: float = 0.0, has_teacher: bool = False,
+              bounds_coeff: float = 0.0, replay: Any = None, precision: str = "fp32") -> bool:
+    """Whether :func:`ppo_gradients` computes this minibatch's loss: a float32 :class:`ActorCritic`
+    whose actor and critic are plain MLPs, no teacher term, no bounds loss, not recurrent."""
+    if type(policy) is not ActorCritic or precision != "fp32" or chunks is not None or replay is not None:
+        return False
+    if teacher_coeff > 0.0 and has_teacher:
+        return False
+    if bounds_coeff > 0.0 and policy.head.kind == "box":
+        return False
+    cached = policy.__dict__.get("_mlp_layers")
+    if cached is None:  # the modules never change kind: decide once
+        cached = (mlp_layers(policy.actor), mlp_layers(policy.critic))
+        policy.__dict__["_mlp_layers"] = cached
+    return cached[0] is not None and cached[1] is not None
+
+
+def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, params: list[torch.Tensor], *,
+                  clip: float, value_clip: float | None, vf_coeff: float, entropy_coeff: float,
+                  normalize: bool = True) -> tuple[LossTerms, list[torch.Tensor]]:
+    """:func:`policies.ppo_update.minibatch_gradients` for a policy :func:`supported` accepts:
+    the loss terms (detached) and d total / d ``params`` (every parameter of ``policy``)."""
+    actor_layers, critic_layers = policy.__dict__["_mlp_layers"]
+    B = mb.obs.shape[0]
+    weight = mb.weights if bool((mb.weights != 1).any()) else None
+    adv = (mb.advantages - adv_mean) / (adv_std + 1e-8) if normalize else mb.advantages
+    old_logp, is_weight = mb.logp, None
+    if mb.prox_logp is not None:  # decoupled PPO, as in ppo_update._minibatch_loss
+        old_logp, is_weight = mb.prox_logp, (mb.prox_logp - mb.logp).exp()
+    # Per-sample factors of the means: mean(w * x) has d/dx_i = w_i / B.
+    scale = torch.full_like(adv, 1.0 / B) if weight is None else weight / B
+
+    with torch.no_grad():
+        out, a_in = forward(actor_layers, mb.obs)
+        head = policy.head
+        if head.kind == "box":
+            log_std = policy.log_std
+            std = log_std.exp()
+            eps = (mb.actions - out) / std                           # [B, dim]
+            logp = -0.5 * (eps * eps).sum(-1) - (log_std.sum() + _HALF_LOG_2PI * head.dim)
+            entropy = torch.full_like(logp, float(0.5 * head.dim + _HALF_LOG_2PI * head.dim) + float(log_std.sum()))
+        else:
+            logits = out
+            if mb.masks is not None and mb.masks.shape[-1] > 0:
+                legal = mb.masks > 0
+                logits = torch.where(legal, out, torch.full_like(out, -1e8))
+            else:
+                legal = None
+            norms, probs, logp, entropy = [], [], None, None
+            at = 0
+            for i, n in enumerate(head.nvec):
+                chunk = logits[:, at:at + n]
+                at += n
+                norm = chunk - chunk.logsumexp(-1, keepdim=True)
+                p = norm.exp()
+                lp = norm.gather(-1, mb.actions[:, i:i + 1].long()).squeeze(-1)
+                ent = -(norm * p).sum(-1)
+                norms.append(norm)
+                probs.append(p)
+                logp, entropy = (lp, ent) if logp is None else (logp + lp, entropy + ent)
+        value, c_in = forward(critic_layers, mb.critic_obs if policy.central else mb.obs)
+        value = value.squeeze(-1)
+
+        # Policy term: -mean(w * isw * min(r A, clip(r) A)); d/d logp = -w isw A r [the unclipped branch chosen] / B.
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        unclipped = ratio * adv
+        clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * adv
+        surrogate = torch.minimum(unclipped, clipped)
+        pw = scale if is_weight is None else scale * is_weight
+        pg = -(pw * surrogate).sum()
+        g_logp = -(pw * unclipped) * (unclipped <= clipped)
+        # Value term: 0.5 * mean(w * max((v - R)^2, (v_clipped - R)^2)).
+        err = value - mb.returns
+        if value_clip is None:
+            vl = 0.5 * (scale * err * err).sum()
+            g_value = vf_coeff * scale * err
+        else:
+            v_clipped = mb.values + (value - mb.values).clamp(-value_clip, value_clip)
+            err_c = v_clipped - mb.returns
+            sq, sq_c = err * err, err_c * err_c
+            vl = 0.5 * (scale * torch.maximum(sq, sq_c)).sum()
+            g_value = vf_coeff * scale * err * (sq >= sq_c)
+        ent_mean = (scale * entropy).sum()
+        total = pg + vf_coeff * vl - entropy_coeff * ent_mean
+        clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+
+        # d total / d actor output.
+        g_ent = -entropy_coeff * scale                                # d total / d entropy_i
+        extra: list[torch.Tensor] = []
+        if head.kind == "box":
+            # logp = -0.5 |eps|^2 - sum(log_std) - c, eps = (a - mu) / std: d/d mu = eps / std,
+            # d/d log_std = eps^2 - 1 per dimension; entropy's d/d log_std is 1 per dimension.
+            g_out = g_logp[:, None] * (eps / std)
+            g_log_std = (g_logp[:, None] * (eps * eps - 1.0)).sum(0) + g_ent.sum()
+            extra = [g_log_std]
+        else:
+            parts, at = [], 0
+            for i, (norm, p) in enumerate(zip(norms, probs)):
+                # d logp / d logits = onehot(a) - p; d entropy / d logits = -p (log p + H).
+                g = p * (-g_logp[:, None]) - g_ent[:, None] * p * (norm + (-(norm * p).sum(-1, keepdim=True)))
+                g.scatter_add_(1, mb.actions[:, i:i + 1].long(), g_logp[:, None])
+                parts.append(g)
+            g_out = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+            if legal is not None:  # torch.where passes no gradient to a masked logit
+                g_out = g_out * legal
+        actor_grads = backward(actor_layers, a_in, g_out)
+        critic_grads = backward(critic_layers, c_in, g_value[:, None])
+
+    by_id = {}
+    for layers, layer_grads in ((actor_layers, actor_grads), (critic_layers, critic_grads)):
+        for (w, b, _), gw, gb in zip(layers, layer_grads[0::2], layer_grads[1::2]):
+            by_id[id(w)], by_id[id(b)] = gw, gb
+    if extra:
+        by_id[id(policy.log_std)] = extra[0]
+    grads = [by_id[id(p)] if id(p) in by_id else torch.zeros_like(p) for p in params]
+    terms = LossTerms(total, pg, vl, ent_mean, approx_kl, clipfrac)
+    return terms, grads
