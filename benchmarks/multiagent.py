@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old-commit", default=OLD_COMMIT, help=f"the old hdppo's commit (default {OLD_COMMIT})")
     ap.add_argument("--hdppo-set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra `hdppo train --set` for this tree's runs (not the old commit's); repeatable")
+    ap.add_argument("--write-configs", type=Path, default=None, metavar="DIR",
+                    help="only write each env's hdppo config (the training runs', 100k env steps) as "
+                    "DIR/multiagent_<env>.yaml, e.g. for training_ab.py, and stop")
     add_budget_args(ap, "multiagent", PARTS, iterations=20, warmup=2, raw_seconds=15.0, sample_seconds=20.0)
     args = ap.parse_args(argv)
     skip, stem = budget(args, "multiagent")
@@ -220,6 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown env(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     settings = {n: settings_for(TASKS[n], args.quick, args.train_batch) for n in names}
+    if args.write_configs is not None:
+        import yaml
+
+        args.write_configs.mkdir(parents=True, exist_ok=True)
+        for n in names:
+            path = args.write_configs / f"multiagent_{n}.yaml"
+            path.write_text(yaml.safe_dump(hdppo_task_config(n, TASKS[n], settings[n], 100_000), sort_keys=False))
+            print(f"[multiagent] wrote {path}")
+        return 0
 
     info = machine_info()
     results: dict[str, dict] = {n: {} for n in names}

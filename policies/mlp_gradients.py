@@ -12,7 +12,7 @@ backward pass is two matmuls and an activation's derivative. About a third of th
 The numbers are those of autograd on :func:`policies.ppo_update.minibatch_loss` (to float32
 rounding; ``tests/test_mlp_gradients.py`` compares them on every head, with masks, stale-sample
 weights, decoupled PPO, value clipping and a central critic). :func:`supported` says when this
-applies; anything else (a teacher, the bounds loss, bf16, recurrent, image or set encoders) keeps
+applies; anything else (a teacher, the bounds loss, recurrent, image or set encoders) keeps
 autograd.
 """
 from __future__ import annotations
@@ -47,30 +47,48 @@ def mlp_layers(seq: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, str | N
     return out if out[-1][2] is None else None
 
 
-def forward(layers: list, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The MLP's output and each layer's input (``x`` first), for :func:`backward`."""
+def forward(layers: list, x: torch.Tensor, bf16: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The MLP's output and each layer's input (``x`` first), for :func:`backward`.
+
+    ``bf16``: the hidden layers' matmuls in bfloat16 as under ``learner.precision: bf16``'s autocast
+    (:func:`policies.networks.run_mlp`: bfloat16 inputs and weights, the activation computed in
+    float32 and stored in bfloat16), the output layer in float32."""
     inputs = []
-    for w, b, act in layers:
+    last = len(layers) - 1
+    for k, (w, b, act) in enumerate(layers):
+        low = bf16 and k < last
+        if low:
+            x = x.to(torch.bfloat16)
+            z = torch.addmm(b.to(torch.bfloat16), x, w.to(torch.bfloat16).t()).float()
+        else:
+            x = x.float()
+            z = torch.addmm(b, x, w.t())
         inputs.append(x)
-        x = torch.addmm(b, x, w.t())
         if act == "tanh":
-            x = torch.tanh(x)
+            z = torch.tanh(z)
         elif act == "relu":
-            x = torch.relu(x)
+            z = torch.relu(z)
+        x = z.to(torch.bfloat16) if low else z
     return x, inputs
 
 
 def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
-    """``[dW, db, ...]`` in the layers' order, given ``g`` = d loss / d output; no gradient
-    with respect to the MLP's input is formed."""
+    """``[dW, db, ...]`` (float32) in the layers' order, given ``g`` = d loss / d output; no
+    gradient with respect to the MLP's input is formed. A layer whose input :func:`forward`
+    stored in bfloat16 takes its two matmuls in bfloat16 too."""
     grads: list[torch.Tensor] = []
     for k in range(len(layers) - 1, -1, -1):
         w, _, _ = layers[k]
-        grads += [g.sum(0), g.t().mm(inputs[k])]   # reversed below: dW before db
+        x = inputs[k]
+        if x.dtype == torch.bfloat16:
+            g_low = g.to(torch.bfloat16)
+            grads += [g.sum(0), g_low.t().mm(x).float()]   # reversed below: dW before db
+        else:
+            grads += [g.sum(0), g.t().mm(x)]
         if k == 0:
             break
-        g = g.mm(w)
-        act, a = layers[k - 1][2], inputs[k]       # a = act(z): both derivatives read the output
+        g = g.to(torch.bfloat16).mm(w.to(torch.bfloat16)).float() if x.dtype == torch.bfloat16 else g.mm(w)
+        act, a = layers[k - 1][2], inputs[k].float()   # a = act(z): both derivatives read the output
         if act == "tanh":
             g = g * (1.0 - a * a)
         elif act == "relu":
@@ -81,9 +99,9 @@ def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor) -> list[
 
 def supported(policy: Any, *, chunks: Any = None, teacher_coeff: float = 0.0, has_teacher: bool = False,
               bounds_coeff: float = 0.0, replay: Any = None, precision: str = "fp32") -> bool:
-    """Whether :func:`ppo_gradients` computes this minibatch's loss: a float32 :class:`ActorCritic`
-    whose actor and critic are plain MLPs, no teacher term, no bounds loss, not recurrent."""
-    if type(policy) is not ActorCritic or precision != "fp32" or chunks is not None or replay is not None:
+    """Whether :func:`ppo_gradients` computes this minibatch's loss: an :class:`ActorCritic` whose
+    actor and critic are plain MLPs, no teacher term, no bounds loss, not recurrent."""
+    if type(policy) is not ActorCritic or precision not in ("fp32", "bf16") or chunks is not None or replay is not None:
         return False
     if teacher_coeff > 0.0 and has_teacher:
         return False
@@ -98,9 +116,11 @@ def supported(policy: Any, *, chunks: Any = None, teacher_coeff: float = 0.0, ha
 
 def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, params: list[torch.Tensor], *,
                   clip: float, value_clip: float | None, vf_coeff: float, entropy_coeff: float,
-                  normalize: bool = True) -> tuple[LossTerms, list[torch.Tensor]]:
+                  normalize: bool = True, precision: str = "fp32") -> tuple[LossTerms, list[torch.Tensor]]:
     """:func:`policies.ppo_update.minibatch_gradients` for a policy :func:`supported` accepts:
-    the loss terms (detached) and d total / d ``params`` (every parameter of ``policy``)."""
+    the loss terms (detached) and d total / d ``params`` (every parameter of ``policy``).
+    ``precision`` 'bf16': the hidden layers in bfloat16 (:func:`forward`), the loss in float32."""
+    bf16 = precision == "bf16"
     actor_layers, critic_layers = policy.__dict__["_mlp_layers"]
     B = mb.obs.shape[0]
     weight = mb.weights if bool((mb.weights != 1).any()) else None
@@ -112,7 +132,7 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
     scale = torch.full_like(adv, 1.0 / B) if weight is None else weight / B
 
     with torch.no_grad():
-        out, a_in = forward(actor_layers, mb.obs)
+        out, a_in = forward(actor_layers, mb.obs, bf16)
         head = policy.head
         if head.kind == "box":
             log_std = policy.log_std
@@ -139,7 +159,7 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
                 norms.append(norm)
                 probs.append(p)
                 logp, entropy = (lp, ent) if logp is None else (logp + lp, entropy + ent)
-        value, c_in = forward(critic_layers, mb.critic_obs if policy.central else mb.obs)
+        value, c_in = forward(critic_layers, mb.critic_obs if policy.central else mb.obs, bf16)
         value = value.squeeze(-1)
 
         # Policy term: -mean(w * isw * min(r A, clip(r) A)); d/d logp = -w isw A r [the unclipped branch chosen] / B.

@@ -48,7 +48,8 @@ def minibatch_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float
             replay=loss.get("replay"), precision=precision):
         return mlp_gradients.ppo_gradients(policy, mb, adv_mean, adv_std, params, clip=loss["clip"],
                                            value_clip=loss["value_clip"], vf_coeff=loss["vf_coeff"],
-                                           entropy_coeff=loss["entropy_coeff"], normalize=loss.get("normalize", True))
+                                           entropy_coeff=loss["entropy_coeff"], normalize=loss.get("normalize", True),
+                                           precision=precision)
     critic = _separate_critic(policy) if pool is not None and loss.get("chunks") is None else None
     if critic is None:
         terms = minibatch_loss(policy, mb, adv_mean, adv_std, precision=precision, **loss)

@@ -111,7 +111,8 @@ def test_where_it_does_not_apply_autograd_is_used():
     disc = gym.spaces.Discrete(3)
     plain = ActorCritic(4, disc, (8,))
     assert mlp_gradients.supported(plain)
-    assert not mlp_gradients.supported(plain, precision="bf16")
+    assert mlp_gradients.supported(plain, precision="bf16")
+    assert not mlp_gradients.supported(plain, precision="fp16")
     assert not mlp_gradients.supported(plain, chunks=(0, 0))
     assert not mlp_gradients.supported(plain, teacher_coeff=0.5, has_teacher=True)
     assert mlp_gradients.supported(plain, teacher_coeff=0.5, has_teacher=False)  # no labels: the term is off
@@ -149,3 +150,25 @@ def test_learner_update_lands_on_the_same_weights_either_way():
         assert any(not torch.equal(a, b) for a, b in zip(before, weights[-1]))
     for a, b in zip(*weights):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["discrete", "box_decoupled_relu", "central_critic_weighted"])
+def test_bf16_hidden_layers_match_autograd_under_autocast(name):
+    """learner.precision 'bf16': the hidden layers' matmuls in bfloat16, as autograd under autocast
+    takes them; the two agree to bfloat16's rounding, and both stay near the float32 gradient."""
+    space, obs_dim, kw = CASES[name]
+    net, tb = _case(space, obs_dim, n=256, **kw)
+    params = list(net.parameters())
+    loss = dict(LOSS, value_clip=0.2, normalize=True)
+    ref = minibatch_loss(net, tb, 0.1, 1.3, precision="bf16", **loss)
+    ref_grads = gradients(net, ref.total, params)
+    exact = gradients(net, minibatch_loss(net, tb, 0.1, 1.3, **loss).total, params)
+    assert mlp_gradients.supported(net, precision="bf16")
+    terms, grads = mlp_gradients.ppo_gradients(net, tb, 0.1, 1.3, params, precision="bf16", **loss)
+    flat = lambda gs: torch.cat([g.reshape(-1) for g in gs])  # noqa: E731
+    for other in (ref_grads, exact):
+        a, b = flat(grads), flat(other)
+        assert float(torch.nn.functional.cosine_similarity(a, b, dim=0)) > 0.995
+        assert abs(float(a.norm() / b.norm()) - 1.0) < 0.03
+    assert not torch.equal(flat(grads), flat(exact))  # the bfloat16 matmuls did run
+    torch.testing.assert_close(terms.total, ref.total.detach(), rtol=0.02, atol=1e-3)
