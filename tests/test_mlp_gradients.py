@@ -25,10 +25,11 @@ def _nvec(space: gym.Space) -> list[int]:
 
 
 def _case(space: gym.Space, obs_dim: int, *, critic_dim: int | None = None, masks: bool = False,
-          weights: bool = False, decoupled: bool = False, activation: str = "tanh", n: int = 96, seed: int = 0):
+          weights: bool = False, decoupled: bool = False, activation: str = "tanh", n: int = 96, seed: int = 0,
+          hidden: tuple = (16, 12)):
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = ActorCritic(obs_dim, space, (16, 12), activation, critic_dim=critic_dim, init_log_std=-0.3)
+    net = ActorCritic(obs_dim, space, hidden, activation, critic_dim=critic_dim, init_log_std=-0.3)
     f = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
     mask = np.zeros((n, 0), np.float32)
     if isinstance(space, gym.spaces.Box):
@@ -57,6 +58,8 @@ CASES = {
     "box_decoupled_relu": (gym.spaces.Box(-1.0, 1.0, (3,), np.float32), 11, {"decoupled": True, "activation": "relu"}),
     "central_critic_weighted": (gym.spaces.Discrete(5), 6, {"critic_dim": 13, "weights": True}),
     "box_central_masked_none": (gym.spaces.Box(-2.0, 2.0, (2,), np.float32), 5, {"critic_dim": 4}),
+    "linear_discrete": (gym.spaces.Discrete(4), 9, {"hidden": ()}),  # no hidden layer: the output layer alone
+    "one_hidden_box": (gym.spaces.Box(-1.0, 1.0, (3,), np.float32), 7, {"hidden": (10,), "weights": True}),
 }
 
 
