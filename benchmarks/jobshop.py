@@ -65,6 +65,25 @@ FAMILIES = [
     ("ta01-ta10 (Taillard 1993), 15x15", "15x15", [f"ta{i:02d}" for i in range(1, 11)]),
     ("la36-la40 (Lawrence 1984), 15x15", "15x15", [f"la{i:02d}" for i in range(36, 41)]),
 ]
+AUTHORS = {"ft": "Fisher & Thompson 1963", "la": "Lawrence 1984", "ta": "Taillard 1993", "abz": "Adams, Balas & "
+           "Zawack 1988", "orb": "Applegate & Cook 1991", "swv": "Storer, Wu & Vaccari 1992", "yn": "Yamada & Nakano 1992"}
+
+
+def all_families() -> list[tuple[str, str, list[str]]]:
+    """:data:`FAMILIES`, then every other shipped classic instance, grouped by family and size in
+    file order (la06-la10 15x5, ..., ta71-ta80 100x20, abz, orb, swv, yn): ``--families all``."""
+    from hdppo.envs.builtin.jobshop.instances import family_of, instance_names, load_instance
+
+    listed = {n for _, _, names in FAMILIES for n in names}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name in instance_names():
+        if name not in listed:
+            groups.setdefault((family_of(name), load_instance(name).size), []).append(name)
+    more = [(f"{names[0]}" + (f"-{names[-1]}" if len(names) > 1 else "") + f" ({AUTHORS.get(fam, fam)}), {size}",
+             size, names) for (fam, size), names in groups.items()]
+    return FAMILIES + more
+
+
 CHECKPOINT_NOTE = {"latest": "the last checkpoint",
                    "best": "the checkpoint that scored best on the run's own validation episodes, random "
                            "instances on fixed seeds (train.eval_every; checkpoints/best.pt, its ranking listed "
@@ -482,6 +501,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="on 15x15 and larger, how many instances of each family (the first ones) get the long "
                     "CP-SAT limit")
     ap.add_argument("--no-cpsat", action="store_true")
+    ap.add_argument("--families", choices=("classic", "all"), default="classic",
+                    help="'classic': ft06, la01-05, ft10, la16-20, ta01-10, la36-40 (6x6 to 15x15; the default); "
+                    "'all': also every other shipped instance (la06-40, ta11-80 up to 100x20, ft20, abz, orb, swv, "
+                    "yn), grouped by family and size; a policy given for a size, or for 'any' (a set policy), "
+                    "dispatches them")
     ap.add_argument("--sizes", default=None, help="only these sizes, comma-separated (e.g. 6x6,15x15)")
     ap.add_argument("--random", type=int, default=0, metavar="N",
                     help="also N random instances of each size in the table (Taillard's law): the policies' greedy "
@@ -498,12 +522,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--random-high {args.random_high}: durations are drawn from 1 up to it, so it must be at least 1 "
                  "(99 for Taillard's law, 10 for ft06's range)")
     runs: dict[str, list[Dispatcher]] = {}
+    any_size: list[str] = []  # --run any=RUN: set policies, made for each size that has no run of its own
     for item in args.run:
         size, _, paths = item.partition("=")
         if not paths:
-            ap.error(f"--run {item!r}: give SIZE=RUN_DIR, e.g. 15x15=runs/jobshop_15x15")
+            ap.error(f"--run {item!r}: give SIZE=RUN_DIR (or any=RUN_DIR for a set policy), e.g. 15x15=runs/jobshop_15x15")
+        if size == "any":
+            any_size += [p for p in paths.split(",") if p]
+            continue
         runs.setdefault(size, []).extend(Dispatcher(Path(p), size, args.checkpoint) for p in paths.split(",") if p)
-    families = FAMILIES
+
+    def policies_for(size: str) -> list[Dispatcher]:
+        if size not in runs and any_size:
+            runs[size] = [Dispatcher(Path(p), size, args.checkpoint) for p in any_size]
+        return runs.get(size, [])
+    families = all_families() if args.families == "all" else FAMILIES
     if args.sizes:
         keep = set(args.sizes.split(","))
         families = [f for f in families if f[1] in keep]
@@ -511,10 +544,6 @@ def main(argv: list[str] | None = None) -> int:
         families = [("ft06 (quick)", "6x6", ["ft06"]), ("la01 (quick)", "10x5", ["la01"])]
     report: dict[str, Any] = {"machine": machine_info(), "command": command_line(argv), "ortools": ortools.__version__,
                               "settings": {k: v for k, v in vars(args).items() if k != "run"} | {"runs": args.run},
-                              "policies": {s: [{"run_dir": str(p.run_dir), "checkpoint": p.checkpoint.name,
-                                                "env_steps": p.env_steps, "env_kwargs": p.env_kwargs,
-                                                "trained_size": p.trained_size, "best": p.best} for p in ps]
-                                           for s, ps in runs.items()},
                               "families": []}
     all_schedules: dict[str, dict] = {}
     t0 = time.perf_counter()
@@ -523,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         key = "ta01-ta10" if names[0] == "ta01" else names[0] if len(names) == 1 else None
         if key in TARGETS:
             fam["target"] = TARGETS[key]
-        policies = runs.get(size, [])
+        policies = policies_for(size)
         fam["policy_note"] = (("Policy: " + ", ".join(f"`{p.run_dir}`" for p in policies)
                                + f" (trained on random {policies[0].trained_size} only"
                                + (f"; the mean of {len(policies)} runs" if len(policies) > 1 else "") + ").")
@@ -541,11 +570,14 @@ def main(argv: list[str] | None = None) -> int:
     report["random"] = []
     if args.random > 0:
         for size in dict.fromkeys(f[1] for f in families):
-            r = random_size(size, runs.get(size, []), args.random, args.random_seed, args.random_high)
+            r = random_size(size, policies_for(size), args.random, args.random_seed, args.random_high)
             report["random"].append(r)
             print(f"[jobshop] random {size} x{args.random}: best rule {r['best_rule']['mean']:.3f} ({r['best_rule']['rule']})"
                   + (f", policy greedy {r['policy']['mean']:.3f}" if "policy" in r else "")
                   + f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
+    report["policies"] = {s: [{"run_dir": str(p.run_dir), "checkpoint": p.checkpoint.name, "env_steps": p.env_steps,
+                               "env_kwargs": p.env_kwargs, "trained_size": p.trained_size, "best": p.best} for p in ps]
+                          for s, ps in runs.items()}
     stem = args.out or ("jobshop_quick" if args.quick else "jobshop")
     gantt = []
     for name in GANTT:

@@ -376,6 +376,14 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     assert [len(rnd[s]["policy_runs"]) for s in ("6x6", "10x5")] == [2, 1]
     assert "## Random instances of each size" in md and "| 6x6 | 6 |" in md
 
+    # --families all --run any=RUN: the set policy on a size no --run names (la06-la10, 15x5).
+    assert bench.main(["--families", "all", "--sizes", "15x5", "--no-cpsat", "--samples", "2", "--run", f"any={run}"]) == 0
+    report, md = reports[-1]
+    assert [f["title"].split(" ")[0] for f in report["families"]] == ["la06-la10"]
+    assert all(len(r["policy_greedy_runs"]) == 1 and r["policy_greedy"]["makespan"] >= r["best_known"]
+               for r in report["families"][0]["rows"])
+    assert list(report["policies"]) == ["15x5"] and "| 15x5 | 5 |" in md
+
     mlp = load_config(ROOT / "configs" / "jobshop_6x6.yaml")
     mlp.layers[0].dppo.num_workers, mlp.layers[0].dppo.train_batch_size = 1, 256
     mlp.layers[0].ppo.minibatch_size, mlp.layers[0].ppo.num_epochs = 128, 1
@@ -383,6 +391,23 @@ def test_benchmark_runs_a_set_policy_on_sizes_it_never_trained_on(tmp_path, monk
     Trainer(mlp, tmp_path / "mlp", quiet=True).train()
     with pytest.raises(SystemExit, match="trained on 6x6.*encoder 'set'"):
         bench.main(["--quick", "--no-cpsat", "--run", f"10x5={tmp_path / 'mlp'}"])
+
+
+def test_all_families_cover_every_shipped_instance_once_by_size():
+    import sys
+
+    from hdppo.envs.builtin.jobshop.instances import instance_names, load_instance
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import jobshop as bench
+
+    fams = bench.all_families()
+    names = [n for _, _, ns in fams for n in ns]
+    assert sorted(names) == sorted(instance_names()) and len(names) == len(set(names)) == 162
+    assert fams[:len(bench.FAMILIES)] == bench.FAMILIES
+    assert all(load_instance(n).size == size for _, size, ns in fams for n in ns)
+    titles = [t for t, _, _ in fams]
+    assert "ta71-ta80 (Taillard 1993), 100x20" in titles and "la06-la10 (Lawrence 1984), 15x5" in titles
 
 
 def test_size_table_pools_the_families_of_a_size_and_checks_every_run():
