@@ -31,6 +31,17 @@ def test_classic_instances_load_with_their_bounds():
     assert load_instance("ta41").optimum is None and load_instance("ta41").best_known == 2005
 
 
+@pytest.mark.parametrize("scheme", ["active", "nondelay"])
+def test_a_zero_duration_operation_is_scheduled_by_every_rule(scheme):
+    """orb07 has one operation of duration 0 (job 9's last): Giffler-Thompson's conflict set must
+    still hold the operation that sets C* (a strict 'starts before C*' test left it empty)."""
+    inst = load_instance("orb07")
+    assert int((inst.durations == 0).sum()) == 1
+    for rule in ("MWKR", "SPT", "MOR", "FIFO"):
+        ms, starts = run_rule(inst, rule, scheme)
+        assert check_schedule(inst, starts) == [] and ms == makespan(inst, starts) >= inst.best_known
+
+
 def test_unknown_instance_is_a_clear_error_listing_names():
     with pytest.raises(EnvError) as err:
         load_instance("ft6")

@@ -69,6 +69,9 @@ class Dispatcher:
                 j_star = int(np.argmin(ect))
                 c_star, self.gt_machine = ect[j_star], int(self.op_mach[j_star])
                 legal = live & (self.op_mach == self.gt_machine) & (self.est < c_star)
+                # The operation that sets C* is always a candidate: with a zero duration (orb07
+                # has one) it starts at C* itself, and the strict test above would leave none.
+                legal[j_star] = True
             else:
                 est = np.where(live, self.est, np.iinfo(np.int64).max)
                 legal = live & (est == est.min())
