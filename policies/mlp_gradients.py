@@ -80,14 +80,13 @@ def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor) -> list[
     for k in range(len(layers) - 1, -1, -1):
         w, _, _ = layers[k]
         x = inputs[k]
-        if x.dtype == torch.bfloat16:
-            g_low = g.to(torch.bfloat16)
-            grads += [g.sum(0), g_low.t().mm(x).float()]   # reversed below: dW before db
-        else:
-            grads += [g.sum(0), g.t().mm(x)]
+        low = x.dtype == torch.bfloat16
+        g_in = g.to(torch.bfloat16) if low else g
+        dw = g_in.t().mm(x)
+        grads += [g.sum(0), dw.float() if low else dw]   # reversed below: dW before db
         if k == 0:
             break
-        g = g.to(torch.bfloat16).mm(w.to(torch.bfloat16)).float() if x.dtype == torch.bfloat16 else g.mm(w)
+        g = g_in.mm(w.to(torch.bfloat16)).float() if low else g.mm(w)
         act, a = layers[k - 1][2], inputs[k].float()   # a = act(z): both derivatives read the output
         if act == "tanh":
             g = g * (1.0 - a * a)

@@ -629,6 +629,7 @@ class ActorCritic(nn.Module):
         state.pop("_fast_actor", None)
         state.pop("_rng", None)
         state.pop("_box_cache", None)
+        state.pop("_mlp_layers", None)  # mlp_gradients' view of the layers: rebuilt on first use
         return state
 
     def _numpy_actor(self) -> NumpyMLP | None:

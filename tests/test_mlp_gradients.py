@@ -175,3 +175,23 @@ def test_bf16_hidden_layers_match_autograd_under_autocast(name):
         assert abs(float(a.norm() / b.norm()) - 1.0) < 0.03
     assert not torch.equal(flat(grads), flat(exact))  # the bfloat16 matmuls did run
     torch.testing.assert_close(terms.total, ref.total.detach(), rtol=0.02, atol=1e-3)
+
+
+def test_a_pickled_policy_rebuilds_its_layers_view():
+    """A policy sent to another process (pickled) leaves mlp_gradients' view of its layers behind
+    and builds one over its own parameters: the same gradient, on the copy's tensors."""
+    import pickle
+
+    net, tb = _case(gym.spaces.Discrete(5), 6)
+    params = list(net.parameters())
+    assert mlp_gradients.supported(net)
+    copy = pickle.loads(pickle.dumps(net))
+    assert "_mlp_layers" not in copy.__dict__
+    copy_params = list(copy.parameters())
+    assert mlp_gradients.supported(copy)
+    assert all(w is p for (w, _, _), p in zip(copy.__dict__["_mlp_layers"][0], copy_params[0::2]))
+    loss = dict(LOSS, value_clip=None, normalize=True)
+    _, g = mlp_gradients.ppo_gradients(net, tb, 0.0, 1.0, params, **loss)
+    _, g_copy = mlp_gradients.ppo_gradients(copy, tb, 0.0, 1.0, copy_params, **loss)
+    for a, b in zip(g, g_copy):
+        torch.testing.assert_close(a, b)
