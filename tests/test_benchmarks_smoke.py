@@ -32,6 +32,19 @@ def test_benchmark_configs_validate():
         assert [layer.name for layer in cfg.layers] == ["planner", "control"]
 
 
+def test_multiagent_writes_its_training_configs_for_training_ab(tmp_path):
+    """--write-configs: each env's training config as YAML (what training_ab.py takes), nothing run."""
+    from hdppo.platform.config import load_config
+
+    assert multiagent.main(["--envs", "simple_spread_v3,battle_v4", "--write-configs", str(tmp_path / "cfg")]) == 0
+    for name, task in multiagent.TASKS.items():
+        cfg = load_config(tmp_path / "cfg" / f"multiagent_{name}.yaml")
+        want = validate(multiagent.hdppo_task_config(name, task, multiagent.settings_for(task, quick=False), 100_000))
+        assert cfg.model_dump() == want.model_dump()
+    assert sorted(p.name for p in (tmp_path / "cfg").iterdir()) == ["multiagent_battle_v4.yaml",
+                                                                   "multiagent_simple_spread_v3.yaml"]
+
+
 def test_throughput_from_metrics(tmp_path):
     recs = []
     for k in range(1, 5):  # updates of 100 env steps / 300 samples, one per second
