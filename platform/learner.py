@@ -81,9 +81,10 @@ class Learner:
         # one kernel instead of a chain of elementwise operators (same maths).
         self.optimizer = torch.optim.Adam([self.flat.param], lr=self.layer.ppo.lr, eps=1e-5, fused=True)
         # learner.critic_thread: the critic's half of each minibatch on a thread of its own.
-        self._autograd = cfg.learner_of(self.layer.name).autograd
+        learner_cfg = cfg.learner_of(self.layer.name)
+        self._autograd = learner_cfg.autograd
         self._critic_pool = (ThreadPoolExecutor(1, thread_name_prefix=f"critic-{self.layer.name}")
-                             if cfg.learner_of(self.layer.name).critic_thread else None)
+                             if learner_cfg.critic_thread else None)
         # The learner side of the layer's exploration bonus, if it has one (RND's predictor).
         bonus = make_bonus(self.layer.exploration, obs_dim, self.layer.name)
         self.bonus = bonus if bonus is not None and bonus.learned else None

@@ -17,16 +17,14 @@ autograd.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
 
-from .networks import ActorCritic
-from .ppo_loss import LossTerms
+from .networks import _HALF_LOG_2PI, ActorCritic
+from .ppo_loss import LossTerms, decoupled_center, loss_weight, normalize_advantages, ratio_stats
 
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _ACTS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
 
 
@@ -106,11 +104,17 @@ def supported(policy: Any, *, chunks: Any = None, teacher_coeff: float = 0.0, ha
         return False
     if bounds_coeff > 0.0 and policy.head.kind == "box":
         return False
+    actor, critic = _layers(policy)
+    return actor is not None and critic is not None
+
+
+def _layers(policy: ActorCritic) -> tuple:
+    """``(mlp_layers(actor), mlp_layers(critic))``, worked out once per policy (the modules never
+    change kind; a pickled copy drops it, see ``ActorCritic.__getstate__``)."""
     cached = policy.__dict__.get("_mlp_layers")
-    if cached is None:  # the modules never change kind: decide once
-        cached = (mlp_layers(policy.actor), mlp_layers(policy.critic))
-        policy.__dict__["_mlp_layers"] = cached
-    return cached[0] is not None and cached[1] is not None
+    if cached is None:
+        cached = policy.__dict__["_mlp_layers"] = (mlp_layers(policy.actor), mlp_layers(policy.critic))
+    return cached
 
 
 def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, params: list[torch.Tensor], *,
@@ -120,13 +124,11 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
     the loss terms (detached) and d total / d ``params`` (every parameter of ``policy``).
     ``precision`` 'bf16': the hidden layers in bfloat16 (:func:`forward`), the loss in float32."""
     bf16 = precision == "bf16"
-    actor_layers, critic_layers = policy.__dict__["_mlp_layers"]
+    actor_layers, critic_layers = _layers(policy)
     B = mb.obs.shape[0]
-    weight = mb.weights if bool((mb.weights != 1).any()) else None
-    adv = (mb.advantages - adv_mean) / (adv_std + 1e-8) if normalize else mb.advantages
-    old_logp, is_weight = mb.logp, None
-    if mb.prox_logp is not None:  # decoupled PPO, as in ppo_update._minibatch_loss
-        old_logp, is_weight = mb.prox_logp, (mb.prox_logp - mb.logp).exp()
+    weight = loss_weight(mb.weights)
+    adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
+    old_logp, is_weight = decoupled_center(mb.logp, mb.prox_logp)
     # Per-sample factors of the means: mean(w * x) has d/dx_i = w_i / B.
     scale = torch.full_like(adv, 1.0 / B) if weight is None else weight / B
 
@@ -183,18 +185,16 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
             g_value = vf_coeff * scale * err * (sq >= sq_c)
         ent_mean = (scale * entropy).sum()
         total = pg + vf_coeff * vl - entropy_coeff * ent_mean
-        clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clipfrac, approx_kl = ratio_stats(ratio, log_ratio, clip)
 
         # d total / d actor output.
         g_ent = -entropy_coeff * scale                                # d total / d entropy_i
-        extra: list[torch.Tensor] = []
+        g_log_std = None
         if head.kind == "box":
             # logp = -0.5 |eps|^2 - sum(log_std) - c, eps = (a - mu) / std: d/d mu = eps / std,
             # d/d log_std = eps^2 - 1 per dimension; entropy's d/d log_std is 1 per dimension.
             g_out = g_logp[:, None] * (eps / std)
             g_log_std = (g_logp[:, None] * (eps * eps - 1.0)).sum(0) + g_ent.sum()
-            extra = [g_log_std]
         else:
             parts, at = [], 0
             for i, (norm, p) in enumerate(zip(norms, probs)):
@@ -212,8 +212,8 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
     for layers, layer_grads in ((actor_layers, actor_grads), (critic_layers, critic_grads)):
         for (w, b, _), gw, gb in zip(layers, layer_grads[0::2], layer_grads[1::2]):
             by_id[id(w)], by_id[id(b)] = gw, gb
-    if extra:
-        by_id[id(policy.log_std)] = extra[0]
+    if g_log_std is not None:
+        by_id[id(policy.log_std)] = g_log_std
     grads = [by_id[id(p)] if id(p) in by_id else torch.zeros_like(p) for p in params]
     terms = LossTerms(total, pg, vl, ent_mean, approx_kl, clipfrac)
     return terms, grads

@@ -37,9 +37,28 @@ def clipped_policy_loss(
         surrogate = is_weight * surrogate
     loss = -_mean(surrogate, weight)
     with torch.no_grad():
-        clipfrac = ((ratio - 1.0).abs() > clip).float().mean()
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+        clipfrac, approx_kl = ratio_stats(ratio, log_ratio, clip)
     return loss, clipfrac, approx_kl
+
+
+def ratio_stats(ratio: torch.Tensor, log_ratio: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fraction of clipped ratios and the k3 estimate of the KL, as :func:`clipped_policy_loss` logs them."""
+    return ((ratio - 1.0).abs() > clip).float().mean(), ((ratio - 1.0) - log_ratio).mean()
+
+
+def loss_weight(weights: torch.Tensor) -> torch.Tensor | None:
+    """The per-sample loss weights, or None where all are 1 (no stale samples): the common case
+    then skips the multiply."""
+    return weights if bool((weights != 1).any()) else None
+
+
+def decoupled_center(logp: torch.Tensor, prox_logp: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(old_logp, is_weight)`` of :func:`clipped_policy_loss` from the behaviour policy's ``logp``:
+    those and None, or with decoupled PPO's proximal ``prox_logp`` the clip centred there and each
+    sample reweighted by proximal / behaviour probability."""
+    if prox_logp is None:
+        return logp, None
+    return prox_logp, (prox_logp - logp).exp()
 
 
 def clipped_value_loss(

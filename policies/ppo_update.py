@@ -8,7 +8,8 @@ import torch
 
 from . import mlp_gradients
 from .networks import ActorCritic, precision_context
-from .ppo_loss import LossTerms, clipped_value_loss, normalize_advantages, ppo_loss, teacher_nll
+from .ppo_loss import (LossTerms, clipped_value_loss, decoupled_center, loss_weight, normalize_advantages, ppo_loss,
+                       teacher_nll)
 
 
 def minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
@@ -89,13 +90,8 @@ def _critic_gradients(policy, mb, critic: list[torch.Tensor], precision: str, va
         ready.set_exception(e)
         raise
     ready.set_result(values.detach())
-    vl = clipped_value_loss(values, mb.values, mb.returns, value_clip, _loss_weight(mb))
+    vl = clipped_value_loss(values, mb.values, mb.returns, value_clip, loss_weight(mb.weights))
     return gradients(policy, vf_coeff * vl, critic)
-
-
-def _loss_weight(mb) -> torch.Tensor | None:
-    # All-ones weights (no stale samples) skip the multiply: the common case costs nothing extra.
-    return mb.weights if bool((mb.weights != 1).any()) else None
 
 
 def _minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *, clip: float,
@@ -115,10 +111,8 @@ def _minibatch_loss(policy: ActorCritic, mb, adv_mean: float, adv_std: float, *,
         # ``values``: a callable giving them computed elsewhere, detached (minibatch_gradients).
         values = policy.value(mb.obs, mb.critic_obs) if values is None else values()
     adv = normalize_advantages(mb.advantages, adv_mean, adv_std) if normalize else mb.advantages
-    weight = _loss_weight(mb)
-    old_logp, is_weight = mb.logp, None
-    if mb.prox_logp is not None:  # decoupled PPO: clip around the update's start, reweight by start / behaviour
-        old_logp, is_weight = mb.prox_logp, (mb.prox_logp - mb.logp).exp()
+    weight = loss_weight(mb.weights)
+    old_logp, is_weight = decoupled_center(mb.logp, mb.prox_logp)
     terms = ppo_loss(logp, old_logp, adv, values, mb.values, mb.returns, entropy, clip=clip,
                      value_clip=value_clip, vf_coeff=vf_coeff, entropy_coeff=entropy_coeff, weight=weight,
                      is_weight=is_weight)
