@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from hdppo.envs.adapters import make_multi_agent
+from hdppo.envs.adapters import MultiAgentAdapter, make_multi_agent
 from hdppo.envs.loading import make_gym_env
 from hdppo.envs.vector import AdapterCopies, GymnasiumCopies, GymnasiumVector, make_vector_env
 from hdppo.platform.config import validate
@@ -188,3 +188,136 @@ def test_official_checker_passes_on_builtin_gym_env():
 
     check_env(make_gym_env("CartPole-v1").unwrapped, skip_render_check=True)
     check_env(CountdownEnv(), skip_render_check=True)
+
+
+# Envs whose agents stay, die one by one, or end one by one: the batched write of quiet copies
+# must give the arrays the one-by-one write gives.
+QUIET_CASES = {
+    "simple_spread": ("pettingzoo", "mpe2.simple_spread_v3", None, {"N": 3, "max_cycles": 25}),
+    "corridor": CORRIDOR + ({"num_agents": 3, "length": 4, "max_steps": 30},),
+    "battle": ("pettingzoo", "magent2.environments.battle_v4", None, {"map_size": 12, "max_cycles": 40}),
+}
+
+
+def _play(case, steps=150, copies=3):
+    env_type, env_id, entry, kwargs = QUIET_CASES[case]
+    venv = make_vector_env(env_type, env_id, entry, kwargs, None, copies)
+    venv.keep_raw = False
+    venv.reset(seed=3)
+    n_actions = int(venv.action_space(venv.agents[0]).n)
+    rng = np.random.default_rng(0)
+    return [venv.step(rng.integers(0, n_actions, (copies, len(venv.agents)))) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("case", sorted(QUIET_CASES))
+def test_quiet_copies_written_together_equal_one_by_one(case, monkeypatch):
+    """AdapterCopies.step writes the copies whose agents neither changed nor ended in one pass,
+    once the first steps' space checks are over; until then (and here, forced for a whole run by
+    moving that horizon) every copy goes one by one. Both must give the same arrays."""
+    from hdppo.envs import vector
+
+    per_copy = []
+    original = vector.AdapterCopies._step_copy
+    monkeypatch.setattr(vector.AdapterCopies, "_step_copy",
+                        lambda self, i, *a: (per_copy.append(i), original(self, i, *a))[1])
+    batched = _play(case)
+    one_by_one_in_batched_run = len(per_copy)
+    monkeypatch.setattr(vector, "SPACE_CHECK_STEPS", 10 ** 9)
+    reference = _play(case)
+    assert one_by_one_in_batched_run < 0.6 * 150 * 3  # most copy-steps took the batched write
+    ended = 0
+    for got, want in zip(batched, reference):
+        for field_name in ("obs", "alive", "acting", "rewards", "terminated", "truncated", "final_obs", "episode_end"):
+            np.testing.assert_array_equal(getattr(got, field_name), getattr(want, field_name), err_msg=field_name)
+        assert got.episodes == want.episodes
+        ended += int((want.terminated | want.truncated).sum())
+    assert ended > 0  # the runs cross agent and episode ends
+
+
+def test_non_finite_observation_of_a_quiet_copy_is_named():
+    class Spoils:
+        """Two agents, one Box each; copy 1's observation turns NaN after 80 steps."""
+        name, possible_agents = "spoils", ["a", "b"]
+        made = 0
+
+        def __init__(self):
+            self.copy, Spoils.made = Spoils.made, Spoils.made + 1
+            self.agents, self.t = ["a", "b"], 0
+
+        def observation_space(self, agent):
+            return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+        def action_space(self, agent):
+            return gym.spaces.Discrete(2)
+
+        @property
+        def acting(self):
+            return self.agents
+
+        def reset(self, seed=None):
+            self.t = 0
+            return {a: np.zeros(2, np.float32) for a in self.agents}
+
+        def step(self, actions):
+            self.t += 1
+            value = np.nan if (self.copy == 1 and self.t > 80) else float(self.t)
+            return ({a: np.full(2, value, np.float32) for a in self.agents}, {a: 1.0 for a in self.agents},
+                    {a: False for a in self.agents}, {a: False for a in self.agents}, {})
+
+        def state(self):
+            return np.zeros(1, np.float32)
+
+        def close(self):
+            pass
+
+    venv = AdapterCopies(Spoils, 2)
+    venv.reset(seed=0)
+    for _ in range(80):
+        res = venv.step(np.zeros((2, 2), np.int64))
+    assert (res.obs == 80.0).all() and (res.rewards == 1.0).all()
+    with pytest.raises(EnvError, match=r"non-finite observation .*copy 1, step 80"):
+        venv.step(np.zeros((2, 2), np.int64))
+
+
+def test_agent_that_comes_back_without_an_end_is_alive_again():
+    """An agent may leave (terminated) and come back later with no signal but its observation (a
+    respawn); the step it returns is written one by one, so its slot is alive again."""
+    class Respawn(MultiAgentAdapter):  # its acting agents: the live ones, as in any parallel env
+        name, possible_agents, agents = "respawn", ["a", "b"], ["a", "b"]
+
+        def __init__(self):
+            self.t = 0
+
+        def observation_space(self, agent):
+            return gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+        def action_space(self, agent):
+            return gym.spaces.Discrete(2)
+
+        def reset(self, seed=None):
+            self.agents, self.t = ["a", "b"], 0
+            return {a: np.zeros(1, np.float32) for a in self.agents}
+
+        def step(self, actions):
+            self.t += 1
+            before = self.agents
+            self.agents = ["a"] if 70 <= self.t < 90 else ["a", "b"]
+            shown = before if self.t == 70 else self.agents  # b's last observation, then none
+            term = {a: (a == "b" and self.t == 70) for a in shown}
+            return ({a: np.full(1, self.t, np.float32) for a in shown}, {a: 1.0 for a in shown}, term,
+                    {a: False for a in shown}, {})
+
+        def state(self):
+            return np.zeros(1, np.float32)
+
+        def close(self):
+            pass
+
+    venv = AdapterCopies(Respawn, 2)
+    venv.reset(seed=0)
+    for t in range(1, 100):
+        res = venv.step(np.zeros((2, 2), np.int64))
+        gone = 70 <= t < 90
+        assert (res.alive[:, 1] == (not gone)).all() and (res.acting[:, 1] == (not gone)).all(), t
+        assert (res.obs[:, 1, 0] == (0.0 if gone else t)).all() and (res.obs[:, 0, 0] == t).all(), t
+        assert (res.rewards[:, 1] == (0.0 if t > 70 and gone else 1.0)).all(), t
