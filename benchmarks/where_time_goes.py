@@ -12,7 +12,7 @@ iterations after one warm-up, and charges every function's own time to an *owner
 | sampler | ``hierarchies/engine.py``: masks, buffers, transitions, GAE bookkeeping |
 | policy (inference) | ``policies/networks.py`` and the torch ops it runs, called by the sampler |
 | normalizers, GAE | ``policies/normalizers.py``, ``policies/gae.py`` |
-| learner | ``platform/learner.py``, ``policies/ppo_update.py``, ``policies/ppo_loss.py``, with the networks' forward, the backward and Adam they call |
+| learner | ``platform/learner.py``, ``policies/ppo_update.py``, ``policies/ppo_loss.py``, ``policies/mlp_gradients.py``, with the networks' forward, the backward and Adam they call |
 | platform | the rest of ``platform/`` (worker, group, metrics, diagnostics) |
 | other | anything else |
 
@@ -50,7 +50,8 @@ _HDPPO = {"envs/vector.py": "env adapter", "envs/adapters.py": "env adapter", "e
           "hierarchies/engine.py": "sampler", "hierarchies/intrinsic.py": "sampler",
           "policies/normalizers.py": "normalizers, GAE",
           "policies/gae.py": "normalizers, GAE", "platform/learner.py": "learner",
-          "policies/ppo_update.py": "learner", "policies/ppo_loss.py": "learner"}
+          "policies/ppo_update.py": "learner", "policies/ppo_loss.py": "learner",
+          "policies/mlp_gradients.py": "learner"}
 _UNOWNED = ("numpy", "torch", "~", "<")
 # The networks run for the sampler (inference) and for the learner (forward and backward of the
 # loss): their time goes to whoever called them, the sampler's share named inference.
