@@ -646,7 +646,7 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._obs[i, ~self._alive[i]] = 0.0
         # What the next step needs without asking the env again: who is alive (and in which
         # slots), and who acts, in slot order.
-        self._live[i], self._live_slots[i] = live, live_slots
+        self._live[i], self._live_slots[i] = list(live), live_slots  # a copy: an env may edit its list in place
         self._acting_slots[i] = acting_slots
         self._acting_names[i] = [self.agents[s] for s in acting_slots]
 
