@@ -575,3 +575,38 @@ def test_training_ab_trains_an_older_commit_beside_this_tree(tmp_path, monkeypat
     report = json.loads((tmp_path / "results" / "ab.json").read_text())
     assert len(report["old"]) == len(report["new"]) == 1 and report["new"][0]["env_steps_per_s"] > 0
     assert "| 1 |" in (tmp_path / "results" / "ab.md").read_text()
+
+
+def test_multiagent_training_rounds_alternate_and_average_the_ratios(tmp_path, monkeypatch):
+    """--train-rounds: hdppo, RLlib, hdppo, RLlib, ... in that order; the ratio is the mean of the
+    rounds' own ratios (not the ratio of mean rates), each round's listed in the table."""
+    import ray
+    import rllib_ppo
+
+    order = []
+    hdppo_rates, rllib_rates = iter([300.0, 200.0, 330.0]), iter([100.0, 50.0, 110.0])
+
+    def fake_hdppo(name, *a, **kw):
+        order.append("hdppo")
+        return {"env_steps_per_s": next(hdppo_rates), "sample_s_mean": 0.1, "update_s_mean": 0.1}
+
+    def fake_rllib(*a, **kw):
+        order.append("rllib")
+        return {"env_steps_per_s": next(rllib_rates)}
+
+    monkeypatch.setattr(multiagent, "hdppo_training", fake_hdppo)
+    monkeypatch.setattr(rllib_ppo, "rllib_pettingzoo_steps_per_s", fake_rllib)
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: None)  # the test session's own Ray stays as it is
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **kw: None)
+    monkeypatch.setattr(common, "HERE", tmp_path)  # write_report writes under HERE / "results"
+    (tmp_path / "results").mkdir()
+    assert multiagent.main(["--envs", "simple_spread_v3", "--skip", "raw,sampling,old",
+                            "--train-rounds", "3", "--out", "rounds"]) == 0
+    report = json.loads((tmp_path / "results" / "rounds.json").read_text())
+    md = (tmp_path / "results" / "rounds.md").read_text()
+    assert order == ["hdppo", "rllib"] * 3
+    e = report["results"]["simple_spread_v3"]
+    assert e["summary"]["hdppo_over_rllib_rounds"] == [3.0, 4.0, 3.0]
+    assert e["summary"]["hdppo_over_rllib"] == pytest.approx(10 / 3)  # not 830 / 260 = 3.19
+    assert e["hdppo"]["rounds"] == [300.0, 200.0, 330.0] and e["rllib"]["env_steps_per_s"] == pytest.approx(260 / 3)
+    assert "3.33x (mean of 3 rounds: 3.00x, 4.00x, 3.00x)" in md
