@@ -110,12 +110,12 @@ def env_steps_per_update(task: Task, s: PPOSettings, raw: dict | None) -> float:
 
 def hdppo_training(name: str, task: Task, s: PPOSettings, iterations: int, warmup: int, tmp: Path,
                    raw: dict | None, import_root: Path | None = None, overrides: list[str] | None = None,
-                   native: bool = False) -> dict:
+                   native: bool = False, round_: int = 1) -> dict:
     from old_commit import hdppo_train
 
     total = math.ceil((warmup + iterations + 0.5) * env_steps_per_update(task, s, raw))
     tag = "old" if import_root is not None else ("native" if native else "hdppo")
-    run_dir = tmp / f"{name}-{tag}"
+    run_dir = tmp / (f"{name}-{tag}" + (f"-round{round_}" if round_ > 1 else ""))  # hdppo train never reuses a run dir
     info = hdppo_train(hdppo_task_config(name, task, s, total, native), run_dir, import_root, overrides)
     out = throughput_from_metrics(run_dir / "metrics.jsonl", warmup)
     out.update({"iterations_asked": iterations, "warmup": warmup, "total_env_steps": total,
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                     e, task, s = results[n], TASKS[n], settings[n]
                     e.setdefault("hdppo_rounds", [e.get("hdppo")]).append(safe(
                         "multiagent", f"{n} hdppo training, round {r + 1}", hdppo_training, n, task, s,
-                        args.iterations, args.warmup, tmp, e.get("raw"), overrides=args.hdppo_set))
+                        args.iterations, args.warmup, tmp, e.get("raw"), overrides=args.hdppo_set, round_=r + 1))
             if "rllib" in skip:
                 continue
             import ray

@@ -586,8 +586,10 @@ def test_multiagent_training_rounds_alternate_and_average_the_ratios(tmp_path, m
     order = []
     hdppo_rates, rllib_rates = iter([300.0, 200.0, 330.0]), iter([100.0, 50.0, 110.0])
 
-    def fake_hdppo(name, *a, **kw):
+    def fake_hdppo(name, task, s, iterations, warmup, tmp, raw, round_=1, **kw):
         order.append("hdppo")
+        run_dir = tmp / f"{name}-hdppo-{round_}"
+        run_dir.mkdir()  # each round in a folder of its own: hdppo train refuses an existing one
         return {"env_steps_per_s": next(hdppo_rates), "sample_s_mean": 0.1, "update_s_mean": 0.1}
 
     def fake_rllib(*a, **kw):
