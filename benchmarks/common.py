@@ -247,6 +247,9 @@ def add_budget_args(ap, stem: str, parts: tuple[str, ...], iterations: int, warm
     ap.add_argument("--rounds", type=int, default=3, help="raw limit and sampling alternate this many times, "
                     "each round a share of their seconds (default 3; see raw_and_sampling); throughput.py "
                     "also alternates the flat and hierarchy training runs this many times")
+    ap.add_argument("--train-rounds", type=int, default=1,
+                    help="alternate hdppo's training runs with the baselines' (RLlib, SB3) this many times; each "
+                    "hdppo/baseline ratio is then the mean of the rounds' own ratios, every round's listed (default 1)")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(parts)}")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 timed iteration after 1 warm-up, 2 s raw "
                     "and sampling (numbers not meaningful)")
@@ -274,6 +277,34 @@ def safe(tag: str, what: str, fn, *args, **kwargs) -> dict:
     shown = res.get("agent_steps_per_s", rate(res)) if "error" not in res else res["error"][:300]
     print(f"[{tag}] {what}: {shown}  ({time.perf_counter() - t0:.0f}s)", flush=True)
     return res
+
+
+def rounds_note(per_round: list[float] | None) -> str:
+    """`` (mean of 3 rounds: 2.40x, 2.51x, 2.47x)`` where the ratio is the mean of alternated rounds."""
+    if not per_round:
+        return ""
+    return f" (mean of {len(per_round)} rounds: {', '.join(fmt_ratio(r) for r in per_round)})"
+
+
+def round_ratios(a_runs: list[dict], b_runs: list[dict]) -> list[float] | None:
+    """Each round's ``rate(a) / rate(b)``, where there are two rounds or more and none failed."""
+    vals = [ratio(rate(a), rate(b)) for a, b in zip(a_runs, b_runs)]
+    return vals if len(vals) > 1 and None not in vals else None  # type: ignore[return-value]
+
+
+def merge_rounds(runs: list[dict]) -> dict:
+    """One training measurement from alternated rounds: the first round's record (its settings and
+    timings) with the mean rate and every round's rate; the first failure if any round failed."""
+    for r in runs:
+        if not r or "error" in r:
+            return r
+    merged = dict(runs[0])
+    for key in ("env_steps_per_s", "steps_per_s", "agent_steps_per_s"):
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        if len(vals) == len(runs):
+            merged[key] = sum(vals) / len(vals)
+    merged["rounds"] = [rate(r) for r in runs]
+    return merged
 
 
 def rate(res: dict | None, key: str | None = None) -> float | None:

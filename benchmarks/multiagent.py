@@ -52,8 +52,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import (PPOSettings, add_budget_args, budget, budget_sentence, command_line, errors_section, fmt, fmt_ratio, hdppo_config,  # noqa: E402
-                    hdppo_layer, header, join_md, met, rate, ratio, raw_and_sampling, safe, sampling_steps_per_s,
-                    share_cell, throughput_from_metrics, write_report)
+                    hdppo_layer, header, join_md, merge_rounds, met, rate, ratio, raw_and_sampling, round_ratios,
+                    rounds_note, safe, sampling_steps_per_s, share_cell, throughput_from_metrics, write_report)
 from machine import machine_info  # noqa: E402
 from raw_env_limit import raw_pettingzoo_steps_per_s  # noqa: E402
 
@@ -137,11 +137,11 @@ def summarise(name: str, task: Task, e: dict) -> dict:
     share = ratio(rate(samp, "agent_steps_per_s"), rate(raw, "agent_steps_per_s"))
     vs_rllib = ratio(rate(h), rate(rl))
     vs_old = ratio(rate(h), rate(old))
-    per_round = [ratio(rate(a), rate(b)) for a, b in zip(e.get("hdppo_rounds", []), e.get("rllib_rounds", []))]
-    if len(per_round) > 1 and None not in per_round:
-        vs_rllib = sum(per_round) / len(per_round)  # type: ignore[arg-type]
+    per_round = round_ratios(e.get("hdppo_rounds", []), e.get("rllib_rounds", []))
+    if per_round:
+        vs_rllib = sum(per_round) / len(per_round)
     return {
-        "hdppo_over_rllib_rounds": per_round if len(per_round) > 1 else None,
+        "hdppo_over_rllib_rounds": per_round,
         "native_sampling_over_raw": ratio(rate(e.get("native_sampling"), "agent_steps_per_s"), rate(raw, "agent_steps_per_s")),
         "native_over_old": ratio(rate(e.get("native")), rate(old)),
         "native_over_hdppo": ratio(rate(e.get("native")), rate(h)),
@@ -155,28 +155,6 @@ def summarise(name: str, task: Task, e: dict) -> dict:
         "hdppo_over_old": vs_old,
         "hdppo_over_old_target": task.target_vs_old,
     }
-
-
-def rounds_note(per_round: list[float] | None) -> str:
-    """`` (mean of 3 rounds: 2.40x, 2.51x, 2.47x)`` where the ratio is the mean of alternated rounds."""
-    if not per_round:
-        return ""
-    return f" (mean of {len(per_round)} rounds: {', '.join(fmt_ratio(r) for r in per_round)})"
-
-
-def merge_rounds(runs: list[dict]) -> dict:
-    """One training measurement from alternated rounds: the first round's record (its settings and
-    timings) with the mean rate and every round's rate; the first failure if any round failed."""
-    for r in runs:
-        if not r or "error" in r:
-            return r
-    merged = dict(runs[0])
-    for key in ("env_steps_per_s", "steps_per_s", "agent_steps_per_s"):
-        vals = [r[key] for r in runs if r.get(key) is not None]
-        if len(vals) == len(runs):
-            merged[key] = sum(vals) / len(vals)
-    merged["rounds"] = [rate(r) for r in runs]
-    return merged
 
 
 def render_markdown(report: dict) -> str:
@@ -246,9 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-configs", type=Path, default=None, metavar="DIR",
                     help="only write each env's hdppo config (the training runs', 100k env steps) as "
                     "DIR/multiagent_<env>.yaml, e.g. for training_ab.py, and stop")
-    ap.add_argument("--train-rounds", type=int, default=1,
-                    help="alternate the hdppo and RLlib training runs this many times; the hdppo/RLlib ratio is "
-                    "then the mean of the rounds' ratios (default 1)")
     add_budget_args(ap, "multiagent", PARTS, iterations=20, warmup=2, raw_seconds=15.0, sample_seconds=20.0)
     args = ap.parse_args(argv)
     skip, stem = budget(args, "multiagent")

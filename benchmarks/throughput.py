@@ -61,8 +61,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import (PPOSettings, add_budget_args, budget, budget_sentence, command_line, errors_section, fmt, fmt_ratio, hdppo_config,  # noqa: E402
-                    hdppo_layer, header, join_md, met, rate, ratio, raw_and_sampling, safe, sampling_steps_per_s,
-                    share_cell, throughput_from_metrics, write_report)
+                    hdppo_layer, header, join_md, merge_rounds, met, rate, ratio, raw_and_sampling, round_ratios,
+                    rounds_note, safe, sampling_steps_per_s, share_cell, throughput_from_metrics, write_report)
 from machine import machine_info  # noqa: E402
 
 SETTINGS = PPOSettings()  # 2 workers x 4 envs, batch 4000, minibatch 512, 5 epochs
@@ -140,10 +140,16 @@ def sampling_key(copies: int) -> str:
 def ratios(entry: dict) -> dict:
     raw, rllib, sb3 = rate(entry.get("raw")), rate(entry.get("rllib")), rate(entry.get("sb3"))
     out = {}
+    rounds = entry.get("rounds") or {}  # --train-rounds: every round's run of each framework
     for mode in MODES:
         h = rate(entry.get(f"hdppo_{mode}"))
         out[mode] = {"hdppo_over_rllib": ratio(h, rllib), "hdppo_over_sb3": ratio(h, sb3),
                      "hdppo_over_raw": ratio(h, raw)}
+        for base in ("rllib", "sb3"):
+            per_round = round_ratios(rounds.get(f"hdppo_{mode}", []), rounds.get(base, []))
+            out[mode][f"hdppo_over_{base}_rounds"] = per_round
+            if per_round:  # the mean of the within-round ratios: the VM drifts between rounds
+                out[mode][f"hdppo_over_{base}"] = sum(per_round) / len(per_round)
     # The flat runs trained in alternation with the hierarchies where there are any (older
     # reports: the one central run).
     flat = rate(entry.get("hier_flat")) or rate(entry.get("hdppo_central"))
@@ -184,8 +190,10 @@ def render_markdown(report: dict) -> str:
     for env_id, e in report["results"].items():
         for mode in MODES:
             r, h = e["ratios"][mode], e.get(f"hdppo_{mode}") or {}
-            lines.append(f"| {env_id} | {mode} | {fmt_ratio(r['hdppo_over_rllib'])} | "
-                         f"{met(r['hdppo_over_rllib'], TARGET_VS_RLLIB)} | {fmt_ratio(r['hdppo_over_sb3'])} | "
+            lines.append(f"| {env_id} | {mode} | {fmt_ratio(r['hdppo_over_rllib'])}"
+                         f"{rounds_note(r.get('hdppo_over_rllib_rounds'))} | "
+                         f"{met(r['hdppo_over_rllib'], TARGET_VS_RLLIB)} | {fmt_ratio(r['hdppo_over_sb3'])}"
+                         f"{rounds_note(r.get('hdppo_over_sb3_rounds'))} | "
                          f"{met(r['hdppo_over_sb3'], TARGET_VS_SB3)} | {fmt(r['hdppo_over_raw'], pct=True)} | "
                          f"{met(r['hdppo_over_raw'], TARGET_VS_RAW)} | "
                          f"{h.get('sample_s_mean', 'n/a')} | {h.get('update_s_mean', 'n/a')} |")
@@ -222,6 +230,27 @@ def render_markdown(report: dict) -> str:
     return join_md(lines)
 
 
+def raw_and_sampling_runs(env_id: str, args: argparse.Namespace, skip: set[str], copies: list[int],
+                          results: dict[str, dict]) -> None:
+    """The raw limit and hdppo's sampling of ``env_id``, alternated in ``--rounds``, into ``results``."""
+    from raw_env_limit import raw_env_steps_per_s
+    if "raw" not in skip and "sampling" not in skip:
+        results[env_id]["raw"], out = raw_and_sampling(
+            lambda: safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
+                         seconds=args.raw_seconds / args.rounds),
+            {sampling_key(c): (lambda c=c: safe("throughput", f"{env_id} hdppo sampling ({c} copies per worker)",
+                                                sampling, env_id, args.sample_seconds / args.rounds, c))
+             for c in copies},
+            args.rounds, "env_steps_per_s")
+        results[env_id].update(out)
+    elif "raw" not in skip:
+        results[env_id]["raw"] = safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
+                                      seconds=args.raw_seconds)
+    elif "sampling" not in skip:
+        results[env_id]["sampling"] = safe("throughput", f"{env_id} hdppo sampling", sampling, env_id,
+                                           args.sample_seconds)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", default="Hopper-v5,Ant-v5", help="comma-separated Gymnasium ids")
@@ -242,63 +271,62 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine_info()
     settings = {"envs": envs, "hier_envs": sorted(hier_envs), "iterations": args.iterations, "warmup": args.warmup,
-                "raw_seconds": args.raw_seconds, "rounds": args.rounds, "sample_seconds": args.sample_seconds, "quick": args.quick, "sampling_copies": copies,
+                "raw_seconds": args.raw_seconds, "rounds": args.rounds, "train_rounds": args.train_rounds, "sample_seconds": args.sample_seconds, "quick": args.quick, "sampling_copies": copies,
                 **SETTINGS.as_dict(), "describe": SETTINGS.describe(), "ray_cpus": RAY_CPUS,
                 "sb3_vec_env": "dummy", "skipped": sorted(skip)}
     results: dict[str, dict] = {e: {} for e in envs}
 
     # 1. Before Ray exists, so that no idle Ray process competes for the cores: the raw limit,
-    #    sampling (its own processes) and SB3 (in this process).
-    for env_id in envs:
-        from raw_env_limit import raw_env_steps_per_s
-        if "raw" not in skip and "sampling" not in skip:
-            results[env_id]["raw"], out = raw_and_sampling(
-                lambda: safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
-                             seconds=args.raw_seconds / args.rounds),
-                {sampling_key(c): (lambda c=c: safe("throughput", f"{env_id} hdppo sampling ({c} copies per worker)",
-                                                    sampling, env_id, args.sample_seconds / args.rounds, c))
-                 for c in copies},
-                args.rounds, "env_steps_per_s")
-            results[env_id].update(out)
-        elif "raw" not in skip:
-            results[env_id]["raw"] = safe("throughput", f"{env_id} raw limit", raw_env_steps_per_s, env_id,
-                                          seconds=args.raw_seconds)
-        elif "sampling" not in skip:
-            results[env_id]["sampling"] = safe("throughput", f"{env_id} hdppo sampling", sampling, env_id,
-                                               args.sample_seconds)
-        if "sb3" not in skip:
-            from sb3_ppo import sb3_env_steps_per_s
-            results[env_id]["sb3"] = safe("throughput", f"{env_id} SB3", sb3_env_steps_per_s, env_id,
-                                          iterations=args.iterations, warmup=args.warmup, settings=SETTINGS)
+    #    sampling (its own processes) and SB3 (in this process). With --train-rounds, SB3, RLlib and
+    #    the hdppo modes run again per round, Ray started and stopped around each round's RLlib and
+    #    hdppo runs; the raw limit, sampling and the hierarchies run in the first round only.
+    train_rounds = max(1, args.train_rounds)
+    runs: dict[str, dict[str, list[dict]]] = {e: {} for e in envs}
+    for r in range(train_rounds):
+        suffix = f", round {r + 1}" if train_rounds > 1 else ""
+        for env_id in envs:
+            if r == 0:
+                raw_and_sampling_runs(env_id, args, skip, copies, results)
+            if "sb3" not in skip:
+                from sb3_ppo import sb3_env_steps_per_s
+                runs[env_id].setdefault("sb3", []).append(safe(
+                    "throughput", f"{env_id} SB3{suffix}", sb3_env_steps_per_s, env_id,
+                    iterations=args.iterations, warmup=args.warmup, settings=SETTINGS))
 
-    # 2. One shared Ray for RLlib and hdppo.
-    import ray
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False)
-    try:
-        with tempfile.TemporaryDirectory(prefix="hdppo_throughput_") as tmp:
-            for env_id in envs:
-                if "rllib" not in skip:
-                    from rllib_ppo import rllib_env_steps_per_s
-                    results[env_id]["rllib"] = safe("throughput", f"{env_id} RLlib", rllib_env_steps_per_s, env_id,
-                                                    iterations=args.iterations, warmup=args.warmup, settings=SETTINGS)
-                for mode in MODES:
-                    if mode not in skip:
-                        results[env_id][f"hdppo_{mode}"] = safe(
-                            "throughput", f"{env_id} hdppo {mode}", hdppo_env_steps_per_s, env_id, mode,
-                            args.iterations, args.warmup, Path(tmp))
-                hiers = [h for h in HIERARCHIES if env_id in hier_envs and f"hier_{h}" not in skip]
-                if hiers:  # each beside a flat run of its own round, as the raw limit and sampling are
-                    results[env_id]["hier_flat"], out = raw_and_sampling(
-                        lambda: safe("throughput", f"{env_id} hdppo central (beside the hierarchy)",
-                                     hdppo_env_steps_per_s, env_id, "central", args.iterations, args.warmup, Path(tmp)),
-                        {f"hier_{h}": (lambda h=h: safe(
-                            "throughput", f"{env_id} hdppo hierarchy ({h} upper layer)", hdppo_env_steps_per_s,
-                            env_id, "central", args.iterations, args.warmup, Path(tmp), hierarchy=h)) for h in hiers},
-                        args.rounds, "env_steps_per_s")
-                    results[env_id].update(out)
-    finally:
-        ray.shutdown()
+        # 2. One shared Ray for RLlib and hdppo.
+        import ray
+        if not ray.is_initialized():
+            ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False)
+        try:
+            with tempfile.TemporaryDirectory(prefix="hdppo_throughput_") as tmp:
+                for env_id in envs:
+                    if "rllib" not in skip:
+                        from rllib_ppo import rllib_env_steps_per_s
+                        runs[env_id].setdefault("rllib", []).append(safe(
+                            "throughput", f"{env_id} RLlib{suffix}", rllib_env_steps_per_s, env_id,
+                            iterations=args.iterations, warmup=args.warmup, settings=SETTINGS))
+                    for mode in MODES:
+                        if mode not in skip:
+                            runs[env_id].setdefault(f"hdppo_{mode}", []).append(safe(
+                                "throughput", f"{env_id} hdppo {mode}{suffix}", hdppo_env_steps_per_s, env_id, mode,
+                                args.iterations, args.warmup, Path(tmp)))
+                    hiers = [h for h in HIERARCHIES if env_id in hier_envs and f"hier_{h}" not in skip]
+                    if hiers and r == 0:  # each beside a flat run of its own round, as the raw limit and sampling are
+                        results[env_id]["hier_flat"], out = raw_and_sampling(
+                            lambda: safe("throughput", f"{env_id} hdppo central (beside the hierarchy)",
+                                         hdppo_env_steps_per_s, env_id, "central", args.iterations, args.warmup, Path(tmp)),
+                            {f"hier_{h}": (lambda h=h: safe(
+                                "throughput", f"{env_id} hdppo hierarchy ({h} upper layer)", hdppo_env_steps_per_s,
+                                env_id, "central", args.iterations, args.warmup, Path(tmp), hierarchy=h)) for h in hiers},
+                            args.rounds, "env_steps_per_s")
+                        results[env_id].update(out)
+        finally:
+            ray.shutdown()
+    for env_id, by_key in runs.items():
+        for key, lst in by_key.items():
+            results[env_id][key] = merge_rounds(lst) if len(lst) > 1 else lst[0]
+        if train_rounds > 1:
+            results[env_id]["rounds"] = by_key
 
     for entry in results.values():
         entry["ratios"] = ratios(entry)

@@ -612,3 +612,37 @@ def test_multiagent_training_rounds_alternate_and_average_the_ratios(tmp_path, m
     assert e["summary"]["hdppo_over_rllib"] == pytest.approx(10 / 3)  # not 830 / 260 = 3.19
     assert e["hdppo"]["rounds"] == [300.0, 200.0, 330.0] and e["rllib"]["env_steps_per_s"] == pytest.approx(260 / 3)
     assert "3.33x (mean of 3 rounds: 3.00x, 4.00x, 3.00x)" in md
+
+
+def test_throughput_training_rounds_alternate_the_frameworks(tmp_path, monkeypatch):
+    """--train-rounds on throughput.py: per round SB3 (before Ray), then RLlib and each hdppo mode on
+    a Ray started for the round; each hdppo/baseline ratio the mean of the rounds' own ratios."""
+    import ray
+    import rllib_ppo
+    import sb3_ppo
+
+    order, rates = [], {"sb3": iter([100.0, 80.0]), "rllib": iter([50.0, 40.0]), "pipeline": iter([200.0, 200.0])}
+    ray_up = []
+
+    def fake(name):
+        def run(*a, **kw):
+            order.append(name)
+            assert bool(ray_up) == (name != "sb3")  # SB3 with no Ray of ours alive, the others on one
+            return {"env_steps_per_s": next(rates[name])}
+        return run
+
+    monkeypatch.setattr(sb3_ppo, "sb3_env_steps_per_s", fake("sb3"))
+    monkeypatch.setattr(rllib_ppo, "rllib_env_steps_per_s", fake("rllib"))
+    monkeypatch.setattr(throughput, "hdppo_env_steps_per_s", lambda env_id, mode, *a, **kw: fake(mode)())
+    monkeypatch.setattr(ray, "is_initialized", lambda: bool(ray_up))
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: ray_up.append(1))
+    monkeypatch.setattr(ray, "shutdown", lambda *a, **kw: ray_up.clear())
+    monkeypatch.setattr(common, "HERE", tmp_path)
+    (tmp_path / "results").mkdir()
+    assert throughput.main(["--envs", "Hopper-v5", "--skip", "raw,sampling,central,soft,dppo,hier_frozen",
+                            "--train-rounds", "2", "--out", "rounds"]) == 0
+    assert order == ["sb3", "rllib", "pipeline"] * 2
+    r = json.loads((tmp_path / "results" / "rounds.json").read_text())["results"]["Hopper-v5"]["ratios"]["pipeline"]
+    assert r["hdppo_over_rllib_rounds"] == [4.0, 5.0] and r["hdppo_over_rllib"] == 4.5
+    assert r["hdppo_over_sb3_rounds"] == [2.0, 2.5] and r["hdppo_over_sb3"] == 2.25
+    assert "4.50x (mean of 2 rounds: 4.00x, 5.00x)" in (tmp_path / "results" / "rounds.md").read_text()
