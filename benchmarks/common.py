@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import statistics
 import sys
 import time
@@ -361,7 +362,8 @@ def join_md(lines: list[str]) -> str:
 
 def command_line(argv: list[str] | None) -> str:
     args = sys.argv[1:] if argv is None else argv
-    return " ".join([".venv/bin/python", f"benchmarks/{Path(sys.argv[0]).name}", *args])
+    # Quoted as a shell would need it (an empty --sampling-copies '' must stay an argument).
+    return " ".join([".venv/bin/python", f"benchmarks/{Path(sys.argv[0]).name}", *map(shlex.quote, args)])
 
 
 def errors_section(results: dict) -> list[str]:

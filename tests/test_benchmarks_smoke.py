@@ -646,3 +646,9 @@ def test_throughput_training_rounds_alternate_the_frameworks(tmp_path, monkeypat
     assert r["hdppo_over_rllib_rounds"] == [4.0, 5.0] and r["hdppo_over_rllib"] == 4.5
     assert r["hdppo_over_sb3_rounds"] == [2.0, 2.5] and r["hdppo_over_sb3"] == 2.25
     assert "4.50x (mean of 2 rounds: 4.00x, 5.00x)" in (tmp_path / "results" / "rounds.md").read_text()
+
+
+def test_recorded_command_line_is_quoted_for_a_shell():
+    """An empty argument (``--sampling-copies ''``) and one with a space survive a copy-paste."""
+    line = common.command_line(["--sampling-copies", "", "--hdppo-set", "a=b c"])
+    assert line.endswith("--sampling-copies '' --hdppo-set 'a=b c'")
