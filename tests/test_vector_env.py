@@ -86,22 +86,38 @@ def test_multi_agent_dicts_become_slot_arrays_with_alive_masks():
         assert (res.final_obs[ended].sum(-1) == 1).all()  # the one-hot position they ended at
 
 
+class ScriptedSpaces:
+    """Spaces, ``state()`` and ``close()`` of the small scripted adapters below: ``obs_size`` Box
+    values per agent, Discrete(2) actions."""
+    obs_size = 1
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(-np.inf, np.inf, (self.obs_size,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def state(self):
+        return np.zeros(1, np.float32)
+
+    def close(self):
+        pass
+
+
+class DuckAdapter(ScriptedSpaces):
+    """An adapter by duck typing alone (no MultiAgentAdapter base): every live agent acts."""
+
+    @property
+    def acting(self):
+        return self.agents
+
+
 def test_unknown_agent_after_reset_is_named():
-    class Grow:
+    class Grow(DuckAdapter):
         name, possible_agents = "grow", None
 
         def __init__(self):
             self.agents = ["a"]
-
-        def observation_space(self, agent):
-            return gym.spaces.Box(0, 1, (1,), np.float32)
-
-        def action_space(self, agent):
-            return gym.spaces.Discrete(2)
-
-        @property
-        def acting(self):
-            return self.agents
 
         def reset(self, seed=None):
             self.agents = ["a"]
@@ -111,12 +127,6 @@ def test_unknown_agent_after_reset_is_named():
             self.agents = ["a", "b"]
             obs = {"a": np.zeros(1, np.float32), "b": np.zeros(1, np.float32)}
             return obs, {"a": 0.0, "b": 0.0}, {}, {}, {}
-
-        def state(self):
-            return np.zeros(1, np.float32)
-
-        def close(self):
-            pass
 
     venv = AdapterCopies(Grow, 1)
     venv.reset(seed=0)
@@ -235,24 +245,14 @@ def test_quiet_copies_written_together_equal_one_by_one(case, monkeypatch):
 
 
 def test_non_finite_observation_of_a_quiet_copy_is_named():
-    class Spoils:
-        """Two agents, one Box each; copy 1's observation turns NaN after 80 steps."""
-        name, possible_agents = "spoils", ["a", "b"]
+    class Spoils(DuckAdapter):
+        """Two agents, two values each; copy 1's observation turns NaN after 80 steps."""
+        name, possible_agents, obs_size = "spoils", ["a", "b"], 2
         made = 0
 
         def __init__(self):
             self.copy, Spoils.made = Spoils.made, Spoils.made + 1
             self.agents, self.t = ["a", "b"], 0
-
-        def observation_space(self, agent):
-            return gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-
-        def action_space(self, agent):
-            return gym.spaces.Discrete(2)
-
-        @property
-        def acting(self):
-            return self.agents
 
         def reset(self, seed=None):
             self.t = 0
@@ -263,12 +263,6 @@ def test_non_finite_observation_of_a_quiet_copy_is_named():
             value = np.nan if (self.copy == 1 and self.t > 80) else float(self.t)
             return ({a: np.full(2, value, np.float32) for a in self.agents}, {a: 1.0 for a in self.agents},
                     {a: False for a in self.agents}, {a: False for a in self.agents}, {})
-
-        def state(self):
-            return np.zeros(1, np.float32)
-
-        def close(self):
-            pass
 
     venv = AdapterCopies(Spoils, 2)
     venv.reset(seed=0)
@@ -282,17 +276,11 @@ def test_non_finite_observation_of_a_quiet_copy_is_named():
 def test_agent_that_comes_back_without_an_end_is_alive_again():
     """An agent may leave (terminated) and come back later with no signal but its observation (a
     respawn); the step it returns is written one by one, so its slot is alive again."""
-    class Respawn(MultiAgentAdapter):  # its acting agents: the live ones, as in any parallel env
+    class Respawn(ScriptedSpaces, MultiAgentAdapter):  # acting: the base's, the live agents
         name, possible_agents, agents = "respawn", ["a", "b"], ["a", "b"]
 
         def __init__(self):
             self.t = 0
-
-        def observation_space(self, agent):
-            return gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
-
-        def action_space(self, agent):
-            return gym.spaces.Discrete(2)
 
         def reset(self, seed=None):
             self.agents, self.t = ["a", "b"], 0
@@ -306,12 +294,6 @@ def test_agent_that_comes_back_without_an_end_is_alive_again():
             term = {a: (a == "b" and self.t == 70) for a in shown}
             return ({a: np.full(1, self.t, np.float32) for a in shown}, {a: 1.0 for a in shown}, term,
                     {a: False for a in shown}, {})
-
-        def state(self):
-            return np.zeros(1, np.float32)
-
-        def close(self):
-            pass
 
     venv = AdapterCopies(Respawn, 2)
     venv.reset(seed=0)
