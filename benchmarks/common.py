@@ -293,6 +293,17 @@ def round_ratios(a_runs: list[dict], b_runs: list[dict]) -> list[float] | None:
     return vals if len(vals) > 1 and None not in vals else None  # type: ignore[return-value]
 
 
+def fold_rounds(results: dict[str, dict], runs: dict[str, dict[str, list[dict]]]) -> None:
+    """Put each measurement of ``runs`` (``{env: {key: [one record per round]}}``) into ``results``:
+    the one record, or with several rounds their :func:`merge_rounds` and every round's record
+    under ``results[env]["rounds"][key]`` (what :func:`round_ratios` pairs)."""
+    for env, by_key in runs.items():
+        for key, lst in by_key.items():
+            results[env][key] = merge_rounds(lst) if len(lst) > 1 else lst[0]
+        if any(len(lst) > 1 for lst in by_key.values()):
+            results[env]["rounds"] = by_key
+
+
 def merge_rounds(runs: list[dict]) -> dict:
     """One training measurement from alternated rounds: the first round's record (its settings and
     timings) with the mean rate and every round's rate; the first failure if any round failed."""

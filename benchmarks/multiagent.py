@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import (PPOSettings, add_budget_args, budget, budget_sentence, command_line, errors_section, fmt, fmt_ratio, hdppo_config,  # noqa: E402
-                    hdppo_layer, header, join_md, merge_rounds, met, rate, ratio, raw_and_sampling, round_ratios,
+                    fold_rounds, hdppo_layer, header, join_md, met, rate, ratio, raw_and_sampling, round_ratios,
                     rounds_note, safe, sampling_steps_per_s, share_cell, throughput_from_metrics, write_report)
 from machine import machine_info  # noqa: E402
 from raw_env_limit import raw_pettingzoo_steps_per_s  # noqa: E402
@@ -137,7 +137,8 @@ def summarise(name: str, task: Task, e: dict) -> dict:
     share = ratio(rate(samp, "agent_steps_per_s"), rate(raw, "agent_steps_per_s"))
     vs_rllib = ratio(rate(h), rate(rl))
     vs_old = ratio(rate(h), rate(old))
-    per_round = round_ratios(e.get("hdppo_rounds", []), e.get("rllib_rounds", []))
+    rounds = e.get("rounds") or {}  # --train-rounds: every round's run of each framework
+    per_round = round_ratios(rounds.get("hdppo", []), rounds.get("rllib", []))
     if per_round:
         vs_rllib = sum(per_round) / len(per_round)
     return {
@@ -283,11 +284,12 @@ def main(argv: list[str] | None = None) -> int:
         # 2. RLlib on a Ray of this process, started and stopped per round, so that the next round's
         #    `hdppo train` (its own Ray) runs with none of ours alive.
         rounds = max(1, args.train_rounds) if not {"hdppo", "rllib"} & skip else 1
+        runs: dict[str, dict[str, list[dict]]] = {n: {} for n in names}
         for r in range(rounds):
             if r > 0:
                 for n in names:
                     e, task, s = results[n], TASKS[n], settings[n]
-                    e.setdefault("hdppo_rounds", [e.get("hdppo")]).append(safe(
+                    runs[n].setdefault("hdppo", [e.get("hdppo")]).append(safe(
                         "multiagent", f"{n} hdppo training, round {r + 1}", hdppo_training, n, task, s,
                         args.iterations, args.warmup, tmp, e.get("raw"), overrides=args.hdppo_set, round_=r + 1))
             if "rllib" in skip:
@@ -299,17 +301,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for n in names:
                     task = TASKS[n]
-                    results[n].setdefault("rllib_rounds", []).append(safe(
+                    runs[n].setdefault("rllib", []).append(safe(
                         "multiagent", f"{n} RLlib" + (f", round {r + 1}" if rounds > 1 else ""),
                         rllib_pettingzoo_steps_per_s, task.module, task.kwargs, iterations=args.iterations,
                         warmup=args.warmup, settings=settings[n], flatten_obs=task.flatten_obs))
             finally:
                 ray.shutdown()
-        for e in results.values():
-            if rounds > 1:
-                e["hdppo"], e["rllib"] = merge_rounds(e["hdppo_rounds"]), merge_rounds(e["rllib_rounds"])
-            elif "rllib_rounds" in e:
-                e["rllib"] = e.pop("rllib_rounds")[0]
+        fold_rounds(results, runs)
 
     for n, e in results.items():
         e["summary"] = summarise(n, TASKS[n], e)

@@ -61,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from common import (PPOSettings, add_budget_args, budget, budget_sentence, command_line, errors_section, fmt, fmt_ratio, hdppo_config,  # noqa: E402
-                    hdppo_layer, header, join_md, merge_rounds, met, rate, ratio, raw_and_sampling, round_ratios,
+                    fold_rounds, hdppo_layer, header, join_md, met, rate, ratio, raw_and_sampling, round_ratios,
                     rounds_note, safe, sampling_steps_per_s, share_cell, throughput_from_metrics, write_report)
 from machine import machine_info  # noqa: E402
 
@@ -322,11 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                         results[env_id].update(out)
         finally:
             ray.shutdown()
-    for env_id, by_key in runs.items():
-        for key, lst in by_key.items():
-            results[env_id][key] = merge_rounds(lst) if len(lst) > 1 else lst[0]
-        if train_rounds > 1:
-            results[env_id]["rounds"] = by_key
+    fold_rounds(results, runs)
 
     for entry in results.values():
         entry["ratios"] = ratios(entry)
