@@ -514,6 +514,18 @@ class GymnasiumCopies(VectorMultiAgentEnv):
             env.close()
 
 
+@dataclass
+class _StepOut:
+    """What one :meth:`AdapterCopies.step` collects over its copies, before the view is built."""
+    rewards: np.ndarray
+    term: np.ndarray
+    trunc: np.ndarray
+    end: np.ndarray
+    episodes: list = field(default_factory=list)
+    ended_rows: list = field(default_factory=list)  # (copy, final obs rows, final state or None)
+    final_raw: dict = field(default_factory=dict)
+
+
 class AdapterCopies(VectorMultiAgentEnv):
     """``num_envs`` copies of a dict-keyed multi-agent env (:mod:`hdppo.envs.adapters`), turned
     into arrays. Slots are the env's ``possible_agents`` (or its agents at the first reset)."""
@@ -705,14 +717,9 @@ class AdapterCopies(VectorMultiAgentEnv):
 
     def step(self, actions: np.ndarray) -> VecStep:
         n, a = self.num_envs, len(self.agents)
-        rewards = np.zeros((n, a))
-        term = np.zeros((n, a), bool)
-        trunc = np.zeros((n, a), bool)
-        end = np.zeros(n, bool)
+        out = _StepOut(np.zeros((n, a)), np.zeros((n, a), bool), np.zeros((n, a), bool), np.zeros(n, bool))
+        rewards = out.rewards
         infos: list[dict[str, dict]] = []
-        episodes = []
-        ended_rows: list[tuple[int, np.ndarray, np.ndarray | None]] = []
-        final_raw: dict[int, dict[str, Any]] = {}
         # A *quiet* copy (the same agents alive and acting as before the step, none of them ending,
         # every observation a Box of one size, the first steps' space checks over) is written after
         # the loop with the others: one stack, one finiteness sum and one scatter for all copies,
@@ -745,7 +752,7 @@ class AdapterCopies(VectorMultiAgentEnv):
                     if self.keep_raw:
                         self._raw[i].update(obs)
                     continue
-            self._step_copy(i, c, obs, rew, te, tr, rewards, term, trunc, end, episodes, ended_rows, final_raw)
+            self._step_copy(i, c, obs, rew, te, tr, out)
         if q_copies:
             block = np.stack(q_obs).reshape(len(q_rows), -1)
             if not math.isfinite(block.sum(dtype=np.float64)):
@@ -758,23 +765,22 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._check.steps += 1
         self._check.rewards(rewards)
         view = self._view()
-        final_obs = view.obs.copy() if ended_rows else view.obs
+        final_obs = view.obs.copy() if out.ended_rows else view.obs
         final_state = None
-        if self.want_state and end.any():
+        if self.want_state and out.end.any():
             final_state = view.state.copy()  # type: ignore[union-attr]
-        for i, rows_i, state in ended_rows:
+        for i, rows_i, state in out.ended_rows:
             final_obs[i] = rows_i
             if state is not None:
                 final_state[i] = state  # type: ignore[index]
-        return VecStep(view.obs, view.alive, view.acting, view.masks, view.state, rewards=rewards, terminated=term,
-                       truncated=trunc, final_obs=final_obs, final_state=final_state, episode_end=end,
-                       infos=infos, episodes=episodes, final_raw=final_raw)
+        return VecStep(view.obs, view.alive, view.acting, view.masks, view.state, rewards=rewards,
+                       terminated=out.term, truncated=out.trunc, final_obs=final_obs, final_state=final_state,
+                       episode_end=out.end, infos=infos, episodes=out.episodes, final_raw=out.final_raw)
 
-    def _step_copy(self, i: int, c: Any, obs: dict, rew: dict, te: dict, tr: dict, rewards: np.ndarray,
-                   term: np.ndarray, trunc: np.ndarray, end: np.ndarray, episodes: list,
-                   ended_rows: list, final_raw: dict) -> None:
+    def _step_copy(self, i: int, c: Any, obs: dict, rew: dict, te: dict, tr: dict, out: _StepOut) -> None:
         """One copy's step results written one by one: agents appeared, died or ended, the turn
         passed, or the observations are not one Box size (see ``step``)."""
+        rewards, term, trunc = out.rewards, out.term, out.trunc
         before_alive = self._alive[i].copy()
         self._write(i, obs, "step()")
         if rew:
@@ -788,19 +794,19 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._ep_return[i] += r_sum
         self._ep_len[i] += 1
         if not c.agents:
-            end[i] = True
-            episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
+            out.end[i] = True
+            out.episodes.append((float(self._ep_return[i]), int(self._ep_len[i]), i))
             # The last view of every agent alive before this step (the ones that just ended included).
             final = np.where(before_alive[:, None], self._obs[i], 0.0).astype(np.float32)
             state = np.asarray(c.state(), np.float32).reshape(-1) if self.want_state else None
-            ended_rows.append((i, final, state))
-            final_raw[i] = dict(self._raw[i])
+            out.ended_rows.append((i, final, state))
+            out.final_raw[i] = dict(self._raw[i])
             self._reset_copy(i, None)
             return
         ended = term[i] | trunc[i]
         if ended.any():
-            ended_rows.append((i, self._obs[i].copy(), None))
-            final_raw[i] = dict(self._raw[i])
+            out.ended_rows.append((i, self._obs[i].copy(), None))
+            out.final_raw[i] = dict(self._raw[i])
         self._refresh_masks(i)
         if self.keep_raw and ended.any():
             for agent in list(self._raw[i]):
