@@ -652,3 +652,11 @@ def test_recorded_command_line_is_quoted_for_a_shell():
     """An empty argument (``--sampling-copies ''``) and one with a space survive a copy-paste."""
     line = common.command_line(["--sampling-copies", "", "--hdppo-set", "a=b c"])
     assert line.endswith("--sampling-copies '' --hdppo-set 'a=b c'")
+
+
+def test_where_time_goes_charges_every_learner_module_to_the_learner():
+    """The written-out MLP gradient is the learner's work, as autograd's loss is (it was 'other')."""
+    import where_time_goes as W
+
+    for module in ("platform/learner.py", "policies/ppo_update.py", "policies/ppo_loss.py", "policies/mlp_gradients.py"):
+        assert W.owner_of(str(ROOT / module)) == "learner", module
