@@ -351,6 +351,42 @@ def test_follow_order_script_carries_out_orders_legally():
         order_teacher(vec, np.array([0]), [[0]], np.zeros((1, 8), np.float32))
 
 
+def test_retreat_fire_keeps_the_ranged_units_and_healers_shooting():
+    """follow_order_policy(retreat_fire=True): under retreat the melee units still never attack, but
+    a ranged unit or healer that can shoot or heal does (it would walk without the option); every
+    other posture acts exactly as without the option; order_teacher passes the option through."""
+    from hdppo.envs.builtin.skirmish.opponents import follow_order_policy, order_teacher
+
+    rng = np.random.default_rng(7)
+    vec = make_vector(16, seed=7, scenario="8v8_mixed", opponent="nearest")
+    vec.reset()
+    b, n, S = vec.battle, vec.battle.n, vec.battle.S
+    fired = 0
+    for _ in range(60):
+        target, posture, formation = (rng.integers(S, size=(b.N, n)), rng.integers(3, size=(b.N, n)),
+                                      rng.integers(2, size=(b.N, n)))
+        plain = follow_order_policy(b, 0, target, posture, formation)
+        act = follow_order_policy(b, 0, target, posture, formation, retreat_fire=True)
+        live = b.alive[:, :n]
+        assert b.mask[np.arange(b.N)[:, None], np.arange(n)[None], act][live].all()
+        retreat = (posture == 2) & live
+        assert np.array_equal(act[~retreat & live], plain[~retreat & live])
+        melee = (b.utype[:n] == 0)[None]
+        assert (act[retreat & melee] < ATTACK0).all()
+        able = b.mask[:, :n, ATTACK0:].any(-1)            # a legal attack or heal
+        shooters = retreat & ~melee & able
+        assert (act[shooters] >= ATTACK0).all() and (plain[shooters] < ATTACK0).all()
+        assert (act[retreat & ~melee & ~able] == plain[retreat & ~melee & ~able]).all()
+        fired += int(shooters.sum())
+        copies, units = np.nonzero(live)
+        command = np.concatenate([np.eye(S)[target[copies, units]], np.eye(3)[posture[copies, units]],
+                                  np.eye(2)[formation[copies, units]]], 1).astype(np.float32)
+        got = order_teacher(vec, copies, [[u] for u in units], command, retreat_fire=True)
+        assert np.array_equal(got, act[copies, units])
+        vec.step(act)
+    assert fired > 20
+
+
 def test_state_is_fixed_order_padded_and_inside_its_space():
     for scenario in SCENARIO_NAMES:
         env = parallel_env(scenario=scenario)

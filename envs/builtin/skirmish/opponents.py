@@ -152,7 +152,7 @@ OFF_TARGET_HP = 1000.0
 
 
 def follow_order_policy(battle: Battle, team: int, target: np.ndarray, posture: np.ndarray,
-                        formation: np.ndarray, no_overkill: bool = False) -> np.ndarray:
+                        formation: np.ndarray, no_overkill: bool = False, retreat_fire: bool = False) -> np.ndarray:
     """``focus_kite`` carrying out a squad's orders, per unit ``[N, n]``: attack the lowest-hp enemy in
     range, one of the ``target`` enemy squad first; under posture 0 (advance) walk toward that
     squad's weakest unit (counting distance, as ``focus_kite`` picks its prey), under 1 (hold) stay,
@@ -160,14 +160,18 @@ def follow_order_policy(battle: Battle, team: int, target: np.ndarray, posture: 
     walk back to the squad's centroid when farther than ``TIGHT_RADIUS``. Kiting, healing and the
     ranged units' hold while reloading are ``focus_kite``'s. The order layout is
     :mod:`.rewards`' ``skirmish_follow_order``: this is the teacher of a control layer under a
-    squad layer (:func:`order_teacher`). ``no_overkill``: ``focus_no_overkill``'s split fire."""
-    return _focus_kite(battle, team, (np.asarray(target), np.asarray(posture), np.asarray(formation)), no_overkill)
+    squad layer (:func:`order_teacher`). ``no_overkill``: ``focus_no_overkill``'s split fire.
+    ``retreat_fire``: a fighting withdrawal, where under retreat the ranged units and healers still
+    shoot and heal whenever they can (walking back in between) and only the melee units disengage."""
+    return _focus_kite(battle, team, (np.asarray(target), np.asarray(posture), np.asarray(formation)), no_overkill,
+                       retreat_fire)
 
 
 def _focus_kite(b: Battle, team: int, order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                no_overkill: bool = False) -> np.ndarray:
+                no_overkill: bool = False, retreat_fire: bool = False) -> np.ndarray:
     """``focus_kite``, or with ``order`` = (target squad, posture, formation) ``[N, n]`` each,
-    :func:`follow_order_policy`; ``no_overkill``: its fire split by :func:`_split_fire`."""
+    :func:`follow_order_policy`; ``no_overkill``: its fire split by :func:`_split_fire`;
+    ``retreat_fire``: ranged units and healers keep firing and healing under retreat."""
     own, other, d_foe, _ = _sides(b, team)
     mask = b.mask[:, own]
     N, U, Ke, Ka = b.N, b.U, b.Ke, b.Ka
@@ -231,7 +235,10 @@ def _focus_kite(b: Battle, team: int, order: tuple[np.ndarray, np.ndarray, np.nd
         retreat = order[1] == 2
         vx, vy = np.where(retreat, b.base_dir[own][None, :], vx), np.where(retreat, 0.0, vy)
         holding, fleeing = holding & ~retreat, fleeing & ~retreat
-        can_att, can_heal = can_att & ~retreat, can_heal & ~retreat
+        # A fighting withdrawal: the ranged units and healers shoot and heal when they can and walk
+        # back in between (their cooldowns leave every other step to walking); melee disengages.
+        silenced = retreat & (b.utype[own] == MELEE)[None, :] if retreat_fire else retreat
+        can_att, can_heal = can_att & ~silenced, can_heal & ~silenced
     if no_overkill:
         att = _split_fire(b, own, foes, att_mask, att_score, att, can_att)
     move = np.where(holding & ~fleeing, NOOP, _walk(b, own, vx, vy))
@@ -328,13 +335,14 @@ def play(red: str, blue: str, scenario: str | Scenario = "8v8_mixed", games: int
 
 @vectorized_teacher
 def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np.ndarray | None,
-                  no_overkill: bool = False, **_) -> np.ndarray:
+                  no_overkill: bool = False, retreat_fire: bool = False, **_) -> np.ndarray:
     """``teacher.policy`` of a control layer under a squad layer (kickstarting): for each unit that
     decided, :func:`follow_order_policy`'s action for the order it received (the one-hots of
     ``MultiDiscrete([S, 3, 2])``, or ``[S, 3, 3, 2]`` with a posture per arm, as
     ``skirmish_follow_order`` reads them: :func:`.rewards.read_order`). ``env``: the batched
     :class:`~.vector.SkirmishVector` (``env.type: vector``); red is team 0. ``no_overkill``
-    (``teacher.kwargs``): teach ``focus_no_overkill``'s split fire."""
+    (``teacher.kwargs``): teach ``focus_no_overkill``'s split fire; ``retreat_fire``: the ranged units and
+    healers keep firing and healing under a retreat order (:func:`follow_order_policy`)."""
     b = env.battle
     if command is None:
         raise ValueError(f"skirmish order_teacher: the layer's command has no values; it must be a squad layer's "
@@ -344,4 +352,4 @@ def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np
     order = [np.zeros((b.N, b.n), np.int64) for _ in range(3)]
     for k in range(3):
         order[k][copies, units] = parts[k]
-    return follow_order_policy(b, 0, *order, no_overkill=bool(no_overkill))[copies, units]
+    return follow_order_policy(b, 0, *order, no_overkill=bool(no_overkill), retreat_fire=bool(retreat_fire))[copies, units]
