@@ -351,6 +351,30 @@ def test_follow_order_script_carries_out_orders_legally():
         order_teacher(vec, np.array([0]), [[0]], np.zeros((1, 8), np.float32))
 
 
+def test_micro_teacher_is_focus_kite_for_the_lanes_asked():
+    """micro_teacher (a flat control layer's kickstart): for the (copy, unit) lanes the engine asks
+    about, exactly focus_kite's actions (focus_no_overkill's with no_overkill), with or without a
+    command; and they are not the random player's (the comparison can fail)."""
+    from hdppo.envs.builtin.skirmish.opponents import focus_kite_policy, focus_no_overkill_policy, micro_teacher
+
+    rng = np.random.default_rng(3)
+    vec = make_vector(8, seed=3, scenario="8v8_mixed", opponent="nearest")
+    vec.reset()
+    b, n = vec.battle, vec.battle.n
+    differs = 0
+    for _ in range(30):
+        live = b.alive[:, :n]
+        copies, units = np.nonzero(live)
+        want = focus_kite_policy(b, 0, rng)
+        got = micro_teacher(vec, copies, [[u] for u in units], None)
+        assert np.array_equal(got, want[copies, units])
+        split = micro_teacher(vec, copies, [[u] for u in units], np.zeros((len(units), 7), np.float32), no_overkill=True)
+        assert np.array_equal(split, focus_no_overkill_policy(b, 0, rng)[copies, units])
+        differs += int((got != OPPONENTS["random"](b, 0, rng)[copies, units]).sum())
+        vec.step(want)
+    assert differs > 50
+
+
 def test_retreat_fire_keeps_the_ranged_units_and_healers_shooting():
     """follow_order_policy(retreat_fire=True): under retreat the melee units still never attack, but
     a ranged unit or healer that can shoot or heal does (it would walk without the option); every
@@ -799,10 +823,14 @@ def test_training_by_config_flat_mappo(tmp_path):
         layer = {"name": "control", "policy": {"hidden": [32, 32], "central_critic": True},
                  "ppo": {"minibatch_size": 128, "num_epochs": 1},
                  "dppo": {"num_workers": 1, "num_envs_per_worker": 4, "train_batch_size": 512}}
+        if env["type"] == "vector":  # the preset's kickstart (its vectorised teacher reads the batched battle)
+            layer["teacher"] = preset.layers[0].teacher.model_dump()
         cfg = validate(tiny_config(env=env, layers=[layer],
                                    train={"total_env_steps": 400, "checkpoint_every": 100, "eval_episodes": 2}))
         summary = Trainer(cfg, tmp_path / env["type"], quiet=True).train()
         assert summary["updates"] >= 1 and np.isfinite(summary["eval_return_mean"])
+        if env["type"] == "vector":
+            assert '"tag": "losses/teacher_nll"' in (tmp_path / env["type"] / "metrics.jsonl").read_text()
 
 
 def test_speed_benchmark_writes_its_table(tmp_path):

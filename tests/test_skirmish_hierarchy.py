@@ -37,11 +37,22 @@ def test_preset_shape(preset):
     assert {k: cfg.env.kwargs[k] for k in ("scenario", "opponent")} == {"scenario": "8v8_mixed", "opponent": "focus_kite"}
     if "strategy" in PRESETS[preset]:
         assert cfg.layer("squad").reward.intrinsic_fn == "skirmish_squad_objective"
-        # The control layer is kickstarted from focus_kite under its squad's order, kept at 0.3.
-        teacher = cfg.layer("control").teacher
-        assert teacher.policy == "hdppo.envs.builtin.skirmish.opponents:order_teacher" and teacher.coeff_final == 0.3
-        # Its upper layers read state() by squad and unit type, so 10v10 lines up with 8v8.
-        assert cfg.env.kwargs["state_layout"] == "squads"
+    # The control layer is kickstarted from focus_kite under its squad's order, kept at 0.3, in the
+    # two-layer baseline too, so that the two differ by the strategy layer alone.
+    teacher = cfg.layer("control").teacher
+    assert teacher.policy == "hdppo.envs.builtin.skirmish.opponents:order_teacher" and teacher.coeff_final == 0.3
+    # The upper layers read state() by squad and unit type, so 10v10 lines up with 8v8.
+    assert cfg.env.kwargs["state_layout"] == "squads"
+
+
+def test_flat_baseline_has_the_hierarchies_kickstart():
+    """Flat MAPPO starts from the same micro as the hierarchies' control layers (focus_kite's, with
+    no order to read), kept at the same weight, and its central critic reads the same state layout."""
+    flat, three = (load_config(ROOT / "configs" / name) for name in ("skirmish_flat.yaml", "skirmish_hierarchy.yaml"))
+    t, t3 = flat.layers[0].teacher, three.layer("control").teacher
+    assert t.policy == "hdppo.envs.builtin.skirmish.opponents:micro_teacher"
+    assert (t.coeff, t.coeff_final, t.anneal) == (t3.coeff, t3.coeff_final, t3.anneal)
+    assert flat.env.kwargs == three.env.kwargs and flat.layers[0].policy.central_critic
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -86,7 +86,9 @@ and ``skirmish_squad_objective`` rewards pursuing it; it can read its members' o
 lane, ``agents: all``) reads ``state()`` (or :func:`team_view`) and is rewarded by the env reward.
 :func:`squad_summary` and :func:`team_summary` give the same figures as arrays for any battle.
 Rewards registered here (:mod:`hdppo.envs.rewards`): ``skirmish_follow_order``,
-``skirmish_squad_objective`` (see :mod:`.rewards`).
+``skirmish_squad_objective`` (see :mod:`.rewards`). Teachers for kickstarting a control layer
+(``teacher.policy``, :mod:`.opponents`): ``order_teacher`` (focus_kite's micro carrying out the
+squad's order) under a squad layer, ``micro_teacher`` (focus_kite's micro alone) for flat MAPPO.
 """
 from .accounts import squad_summary, squad_view, team_summary, team_view, unit_infos
 from .core import Battle, RewardWeights, StepArrays

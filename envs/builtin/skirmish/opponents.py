@@ -29,7 +29,8 @@ healers (then the least hp). They are the baseline a hierarchy's learned squad a
 layers are measured against.
 
 :func:`play` runs two of them against each other over many games at once (the benchmark's
-scripted table and the strength test).
+scripted table and the strength test). :func:`order_teacher` and :func:`micro_teacher` hand the
+micro to a control layer as its kickstarting teacher, under a squad layer and flat.
 """
 from __future__ import annotations
 
@@ -353,3 +354,15 @@ def order_teacher(env, copies: np.ndarray, members: list[list[int]], command: np
     for k in range(3):
         order[k][copies, units] = parts[k]
     return follow_order_policy(b, 0, *order, no_overkill=bool(no_overkill), retreat_fire=bool(retreat_fire))[copies, units]
+
+
+@vectorized_teacher
+def micro_teacher(env, copies: np.ndarray, members: list[list[int]], command: np.ndarray | None = None,
+                  no_overkill: bool = False, **_) -> np.ndarray:
+    """``teacher.policy`` of a control layer with no layer above it (flat MAPPO): ``focus_kite``'s
+    action for each unit that decided, no order read, the kickstart :func:`order_teacher` gives a
+    control layer under a squad layer, so that a flat baseline starts from the same micro. ``env``:
+    the batched :class:`~.vector.SkirmishVector`; red is team 0. ``no_overkill``: ``focus_no_overkill``."""
+    b = env.battle
+    units = np.fromiter((m[0] for m in members), np.int64, len(members))
+    return _focus_kite(b, 0, no_overkill=bool(no_overkill))[copies, units]
