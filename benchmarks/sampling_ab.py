@@ -11,7 +11,10 @@ Tasks (``--tasks``, comma-separated):
 
 - ``hopper``: Hopper-v5 with ``throughput.py``'s settings (4 env copies per worker, 2 workers);
 - ``skirmish_control``, ``skirmish_squad``, ``skirmish_strategy``: one worker of each DPPO group of
-  ``configs/skirmish_hierarchy.yaml`` (32 copies, all three layers acting, one recorded).
+  ``configs/skirmish_hierarchy.yaml`` (32 copies, all three layers acting, one recorded);
+- ``battle``, ``battle_native``: MAgent2 battle_v4 (map 20) with ``multiagent.py``'s settings (8 env
+  copies per worker, 2 workers), through the PettingZoo dict adapter or the engine's arrays
+  (``hdppo.envs.builtin.magent_vector``).
 
 Usage:
     python benchmarks/sampling_ab.py --base e7c98a1 [--tasks hopper,skirmish_control] [--rounds 3] [--seconds 8]
@@ -33,7 +36,7 @@ from common import command_line, join_md, machine_line, write_report  # noqa: E4
 from machine import machine_info  # noqa: E402
 from old_commit import old_tree, run_child  # noqa: E402
 
-TASKS = ("hopper", "skirmish_control", "skirmish_squad", "skirmish_strategy")
+TASKS = ("hopper", "skirmish_control", "skirmish_squad", "skirmish_strategy", "battle", "battle_native")
 
 # Run in a fresh interpreter per measurement, with PYTHONPATH choosing the tree. Prints one JSON line.
 _CHILD = r"""
@@ -46,6 +49,11 @@ task, seconds = {task!r}, {seconds!r}
 if task == "hopper":
     from throughput import hdppo_config_dict
     cfg, layer, workers = hdppo_config_dict("Hopper-v5", "central", 10**9), "control", 2
+elif task.startswith("battle"):
+    import multiagent as M
+    t = M.TASKS["battle_v4"]
+    cfg = M.hdppo_task_config("sampling", t, M.settings_for(t, False), 10**9, task == "battle_native")
+    layer, workers = "control", 2
 else:
     cfg = yaml.safe_load(open({skirmish!r}))
     cfg.pop("description", None)

@@ -39,6 +39,11 @@ from ..policies.gae import decision_gae
 from ..policies.networks import ActorCritic
 from ..policies.normalizers import ObservationNormalizer, RewardScaler
 
+# At or above this share of decided rows, flush_values runs the critic on every row of the block
+# rather than gathering the decided ones: a gathered row is a copy of its observation, and where
+# rows are wide (845 values) the copy costs about two thirds of the row's critic pass.
+DENSE_VALUE_SHARE = 0.8
+
 
 @dataclass
 class Track:
@@ -720,7 +725,17 @@ class Sampler:
             lo, hi = buf.value_from, self.t
             if hi > lo:
                 sel = buf.decided[lo:hi]
-                if sel.any():
+                decided = int(np.count_nonzero(sel))
+                if decided and name not in self.hidden and decided >= DENSE_VALUE_SHARE * sel.size:
+                    # Nearly every row decided (a flat or bottom layer, few agents dead): the critic
+                    # on all the rows, read in place, costs less than gathering the decided ones
+                    # first (battle_v4: a copy of ~3 KB per row against ~1.6 us of critic per row).
+                    obs = buf.obs[lo:hi].reshape(sel.size, -1)
+                    critic = buf.critic[lo:hi].reshape(sel.size, -1)
+                    with torch.inference_mode():
+                        v = policy.value(torch.from_numpy(obs), torch.from_numpy(critic) if policy.central else None)
+                    np.copyto(buf.value[lo:hi], v.numpy().reshape(sel.shape), where=sel)
+                elif decided:
                     obs = buf.obs[lo:hi][sel]
                     critic = buf.critic[lo:hi][sel]
                     with torch.inference_mode():

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..policies.normalizers import column_sums
+
 
 # Rows a worker's divergence moments are estimated from. A rollout of MAgent2 battle_v4 is ~24k
 # rows of 845 values: exact moments of it took a quarter of the worker's sampling time, while a
@@ -33,9 +35,9 @@ def moments(x: np.ndarray, max_rows: int | None = None) -> tuple[np.ndarray, np.
     if len(x) == 0:
         return np.zeros(x.shape[1]), np.zeros(x.shape[1])
     d = x - x[0]
-    m = np.add.reduce(d, axis=0, dtype=np.float64) / len(x)
+    m = column_sums(d) / len(x)
     d *= d
-    var = np.maximum(np.add.reduce(d, axis=0, dtype=np.float64) / len(x) - m * m, 0.0)
+    var = np.maximum(column_sums(d) / len(x) - m * m, 0.0)
     return x[0].astype(np.float64) + m, var
 
 

@@ -82,6 +82,25 @@ def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return mean, ((x - mean) ** 2).mean(axis=0), float(x.shape[0])
 
 
+_ONES: dict[int, np.ndarray] = {}
+
+
+def column_sums(d: np.ndarray) -> np.ndarray:
+    """Float64 column sums of ``d [B, D]``. For float32 input one BLAS product (ones @ d): a float64
+    reduction over axis 0 casts every value on the way and costs 2-3x as much (192 MAgent2 views
+    of 845 values: 200 against 83 us for the two sums of a batch's moments); the product is
+    float32, about 1e-7 relative, and callers accumulate it in float64."""
+    if d.dtype != np.float32 or d.ndim != 2:
+        return np.add.reduce(d, axis=0, dtype=np.float64)
+    n = d.shape[0]
+    ones = _ONES.get(n)
+    if ones is None:  # kept: a sampler sums batches of the same few sizes every step
+        if len(_ONES) > 64:
+            _ONES.clear()
+        ones = _ONES[n] = np.ones(n, np.float32)
+    return (ones @ d).astype(np.float64)
+
+
 class MomentSums:
     """Samples added cheaply, as shifted sums, until they are folded into a :class:`RunningStats`.
 
@@ -103,9 +122,9 @@ class MomentSums:
         if self.shift is None:
             self.shift = x.mean(axis=0, dtype=np.float64).astype(x.dtype)
         d = x - self.shift
-        self.sum += np.add.reduce(d, axis=0, dtype=np.float64)
+        self.sum += column_sums(d)
         d *= d
-        self.sumsq += np.add.reduce(d, axis=0, dtype=np.float64)
+        self.sumsq += column_sums(d)
         self.count += x.shape[0]
 
     def take(self) -> RunningStats:
@@ -216,7 +235,8 @@ class ObservationNormalizer:
             return np.asarray(obs, dtype=np.float32)
         if self._std is None or stale(self._unused, self._counted):
             self._refresh()
-        out = (obs - self._mean) / self._std
+        out = obs - self._mean
+        out /= self._std  # in place: one temporary, not two (the same values)
         return np.minimum(np.maximum(out, -self.clip, out=out), self.clip, out=out).astype(np.float32, copy=False)
 
     def take_delta(self) -> RunningStats:

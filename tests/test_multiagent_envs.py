@@ -68,3 +68,34 @@ def test_mpe_with_a_central_critic_on_state():
     assert r.batch.critic_obs.shape == (len(r.batch), spec.critic_dim) and spec.critic_dim > spec.obs_dim
     # Three agents share one policy: a copy's step gives three samples.
     assert len(r.batch) == 3 * r.stats.env_steps
+
+
+@pytest.mark.parametrize("env", [KAZ], ids=["kaz"])
+def test_values_read_in_place_equal_the_gathered_ones(env, monkeypatch):
+    """flush_values runs the critic on every row of a nearly dense block instead of gathering the
+    decided rows: the values, advantages and returns must be those of the gathered path (agents
+    die in KAZ, so some rows of the block are not decided and must keep no value)."""
+    import hdppo.hierarchies.engine as engine
+
+    def run(share):
+        monkeypatch.setattr(engine, "DENSE_VALUE_SHARE", share)
+        cfg = validate(tiny_config(env=env, layers=[layer()]))
+        venv, first, specs = probe_env(cfg, 0, 2)
+        torch.manual_seed(0)
+        pol = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
+        norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
+        tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
+        sampler = Sampler(specs, venv, pol, norms, tracks, first=first)
+        undecided = 0
+        for _ in range(300):
+            sampler.step()
+            undecided += int((~sampler.buffers["control"].decided[sampler.t - 1]).any())
+        return sampler.harvest()["control"].batch, undecided
+
+    dense, undecided = run(0.0)
+    gathered, _ = run(1.1)
+    assert undecided > 0, "every row decided: the test no longer covers rows the dense pass must skip"
+    assert len(dense) == len(gathered) and len(dense) > 100
+    np.testing.assert_array_equal(dense.obs, gathered.obs)
+    np.testing.assert_allclose(dense.values, gathered.values, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dense.advantages, gathered.advantages, rtol=1e-4, atol=1e-5)

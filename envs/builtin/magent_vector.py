@@ -44,6 +44,7 @@ as episode metrics.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 from typing import Any
 
@@ -127,6 +128,7 @@ class MAgentVector(VectorMultiAgentEnv):
         self._ep_len = np.zeros(n, np.int64)
         self._check = _Checker(self.name)
         self._seed = seed
+        self._engines: list[_Engine | None] = [None] * n
 
     def observation_space(self, agent: str) -> gym.Space:
         return self._space
@@ -148,9 +150,17 @@ class MAgentVector(VectorMultiAgentEnv):
         self._alive[i, slots] = True
         self._ep_return[i], self._ep_len[i] = 0.0, 0
 
-    def _views(self, c: Any, handle: Any) -> np.ndarray:
-        """A team's observations ``[n, *shape]``, as ``magent_env._compute_observations`` builds them."""
-        view, features = c.env.get_observation(handle)
+    def _engine(self, i: int) -> "_Engine":
+        """Copy ``i``'s engine binding, made again if its env made a new engine (a new game pointer)."""
+        eng = self._engines[i]
+        gw = self.copies[i].env
+        if eng is None or eng.gridworld is not gw or eng.game != gw.game.value:
+            eng = self._engines[i] = _Engine(gw, self.copies[i].handles)
+        return eng
+
+    def _views(self, c: Any, eng: "_Engine", t: int, n: int) -> np.ndarray:
+        """Team ``t``'s ``n`` observations ``[n, *shape]``, as ``magent_env._compute_observations`` builds them."""
+        view, features = eng.observation(t, n)
         if c.minimap_mode and not c.extra_features:
             features = features[:, -2:]
         if c.minimap_mode or c.extra_features:
@@ -160,26 +170,29 @@ class MAgentVector(VectorMultiAgentEnv):
 
     def _step_copy(self, i: int, actions: np.ndarray, rewards: np.ndarray, term: np.ndarray,
                    trunc: np.ndarray) -> None:
-        c, eng = self.copies[i], self.copies[i].env
+        c, eng = self.copies[i], self._engine(i)
         # Actions: each team's live agents in the engine's order (their ids are the slots). The
         # same agents are listed after the step: the dead leave only at clear_dead().
-        team_ids = [eng.get_agent_id(h) for h in c.handles]
-        for h, ids in zip(c.handles, team_ids):
+        team_ids = [eng.ids(t) for t in range(len(c.handles))]
+        for t, ids in enumerate(team_ids):
             if len(ids):
-                eng.set_action(h, np.ascontiguousarray(actions[ids], np.int32))
+                eng.set_action(t, actions[ids])
         c.frames += 1
-        game_over = bool(eng.step())
+        game_over = eng.step()
         row = self._obs[i]
         before = self._alive[i].copy()
-        for t, (h, ids) in enumerate(zip(c.handles, team_ids)):
-            if not len(ids):
+        for t, ids in enumerate(team_ids):
+            n = len(ids)
+            if not n:
                 continue
-            dead = ~eng.get_alive(h) if not game_over else np.ones(len(ids), bool)
-            term[i, ids] = dead
-            if not game_over:
-                c.team_sizes[t] = len(ids) - int(dead.sum())
-            rewards[i, ids] = eng.get_reward(h)
-            row[ids] = self._views(c, h).reshape(len(ids), -1)
+            if game_over:
+                term[i, ids] = True
+            else:
+                dead = ~eng.alive(t, n)
+                term[i, ids] = dead
+                c.team_sizes[t] = n - int(np.count_nonzero(dead))
+            rewards[i, ids] = eng.reward(t, n)
+            row[ids] = self._views(c, eng, t, n).reshape(n, -1)
         if c.frames >= c.max_cycles:
             trunc[i] = before & ~term[i]
         eng.clear_dead()
@@ -220,10 +233,10 @@ class MAgentVector(VectorMultiAgentEnv):
 
     def _outcome(self, i: int) -> dict[str, float]:
         """Units of each side still on copy ``i``'s grid (the engine has cleared the dead)."""
-        c = self.copies[i]
+        eng = self._engine(i)
         standing = np.zeros(len(self._everyone), bool)
-        for h in c.handles:
-            standing[np.asarray(c.env.get_agent_id(h), np.int64)] = True
+        for t in range(len(eng.handles)):
+            standing[eng.ids(t)] = True
         mine, theirs = int(standing[self._learn_idx].sum()), int(standing[self._opp_idx].sum())
         return {"learners_alive": mine, "opponents_alive": theirs, "win": float(mine > theirs)}
 
@@ -284,6 +297,87 @@ class MAgentVector(VectorMultiAgentEnv):
     def close(self) -> None:
         for c in self.copies:
             c.close()
+
+
+class _Engine:
+    """One copy's MAgent2 engine, called through its C functions with buffers and pointers made once.
+
+    ``magent2.gridworld.GridWorld`` allocates an array and builds its ctypes pointers on every
+    call (``get_agent_id``, ``get_alive``, ``get_reward``, ``get_observation``, each also asking
+    for the team's size): on battle_v4 (map 20) those calls cost about five times the engine's
+    own step. The same C functions are called here, with the same arguments, into per-team
+    buffers that grow when a team does. What a method returns is a view of its buffer, valid until
+    the next call of that method for that team."""
+
+    def __init__(self, gridworld: Any, handles: list[Any]):
+        from magent2.c_lib import _LIB
+
+        self.lib, self.gridworld = _LIB, gridworld
+        self.game_ptr = gridworld.game
+        self.game = gridworld.game.value
+        self.handles = list(handles)
+        self._n = ctypes.c_int32()
+        self._n_ref = ctypes.byref(self._n)
+        self._done = ctypes.c_int32()
+        self._done_ref = ctypes.byref(self._done)
+        self._cap = [0] * len(self.handles)
+        self._bufs: list[dict[str, np.ndarray]] = [{} for _ in self.handles]
+        self._ptrs: list[dict[str, Any]] = [{} for _ in self.handles]
+
+    def _grow(self, t: int, n: int) -> None:
+        h = self.handles[t]
+        cap = max(n, 2 * self._cap[t], 1)
+        view = (cap, *self.gridworld.view_space[h.value])
+        feat = (cap, *self.gridworld.feature_space[h.value])
+        bufs = {"id": np.empty(cap, np.int32), "alive": np.empty(cap, np.bool_), "reward": np.empty(cap, np.float32),
+                "action": np.empty(cap, np.int32), "view": np.empty(view, np.float32),
+                "feature": np.empty(feat, np.float32)}
+        ptrs = {"id": bufs["id"].ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                "alive": bufs["alive"].ctypes.data_as(ctypes.POINTER(ctypes.c_bool)),
+                "reward": bufs["reward"].ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                "action": bufs["action"].ctypes.data_as(ctypes.POINTER(ctypes.c_int32))}
+        obs = (ctypes.POINTER(ctypes.c_float) * 2)()
+        obs[0] = bufs["view"].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        obs[1] = bufs["feature"].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        ptrs["obs"] = obs
+        self._bufs[t], self._ptrs[t], self._cap[t] = bufs, ptrs, cap
+
+    def num(self, t: int) -> int:
+        self.lib.env_get_info(self.game_ptr, self.handles[t], b"num", self._n_ref)
+        n = self._n.value
+        if n > self._cap[t]:
+            self._grow(t, n)
+        return n
+
+    def ids(self, t: int) -> np.ndarray:
+        n = self.num(t)
+        if n:
+            self.lib.env_get_info(self.game_ptr, self.handles[t], b"id", self._ptrs[t]["id"])
+        return self._bufs[t]["id"][:n]
+
+    def set_action(self, t: int, actions: np.ndarray) -> None:
+        buf = self._bufs[t]["action"]
+        buf[:len(actions)] = actions
+        self.lib.env_set_action(self.game_ptr, self.handles[t], self._ptrs[t]["action"])
+
+    def step(self) -> bool:
+        self.lib.env_step(self.game_ptr, self._done_ref)
+        return bool(self._done.value)
+
+    def alive(self, t: int, n: int) -> np.ndarray:
+        self.lib.env_get_info(self.game_ptr, self.handles[t], b"alive", self._ptrs[t]["alive"])
+        return self._bufs[t]["alive"][:n]
+
+    def reward(self, t: int, n: int) -> np.ndarray:
+        self.lib.env_get_reward(self.game_ptr, self.handles[t], self._ptrs[t]["reward"])
+        return self._bufs[t]["reward"][:n]
+
+    def observation(self, t: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        self.lib.env_get_observation(self.game_ptr, self.handles[t], self._ptrs[t]["obs"])
+        return self._bufs[t]["view"][:n], self._bufs[t]["feature"][:n]
+
+    def clear_dead(self) -> None:
+        self.lib.gridworld_clear_dead(self.game_ptr)
 
 
 class _OpponentView:
