@@ -428,6 +428,7 @@ class Sampler:
                 continue
             policy = self.policies[p.name]
             buf = self.buffers.get(p.name)   # None for a scripted layer: never recorded
+            into = None  # the buffer's row, where the normalised inputs were written in place
             if p.name in self.scripted:  # acts by its teacher: no inputs, no forward pass
                 actions, hid = self._teacher(p, due, policy.head.dim), None
             else:
@@ -436,8 +437,10 @@ class Sampler:
                 norm = self.obs_norms[p.name]
                 if buf is not None:
                     norm.observe(raw)
-                obs = norm(raw)
-                if not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
+                    if every and buf.obs[t].flags.c_contiguous:  # whole rows: normalise straight into the buffer
+                        into = buf.obs[t].reshape(raw.shape)
+                obs = norm(raw, out=into)
+                if into is None and not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
                     obs = obs.copy()
                 masks = None
                 if p.bottom and p.spec.mask_dim:
@@ -497,7 +500,8 @@ class Sampler:
             else:
                 self._close(p, buf, due & (buf.open_row >= 0), end=False)
             row = (t, *lanes)
-            buf.obs[row] = shaped(obs)
+            if into is None:
+                buf.obs[row] = shaped(obs)
             buf.act[row] = shaped(actions)
             buf.logp[row] = shaped(logp)
             if masks is not None:

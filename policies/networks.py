@@ -119,9 +119,11 @@ def run_mlp(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
     return x.float()  # a no-op in float32; a SetScorer's output under autocast
 
 
-# Above this many input values (rows x width) the maths outweighs torch's per-call cost and torch's
-# kernels (one thread in a worker) are as fast as numpy's; numpy's BLAS would also start threads of
-# its own beside the other workers. 192 MAgent2 views of 845 values went ~8% slower in numpy.
+# Above this many input values (rows x width) an actor led by a conv encoder runs in torch: its
+# convs outweigh torch's per-call cost, and numpy's im2col is slower than torch's kernels. A plain
+# MLP runs in numpy at any size: its dense layers cost the same in either (one BLAS thread in a
+# worker, see hdppo.platform.threads), and numpy's sampling from the logits costs less than torch's
+# operators (192 MAgent2 views of 845 values: an act of ~350 against ~430 us).
 NUMPY_ACT_MAX_VALUES = 8192
 
 
@@ -132,14 +134,14 @@ class NumpyMLP:
     screens). There each of torch's ~15 operator calls costs more than its maths: an act took
     ~120 us in torch and ~35 us here (4 rows of Hopper); with MinAtar's conv (4 rows of 10x10x4)
     ~290-335 us and ~120-170 us, the forward pass ~60 us of it (measured on a loaded VM). A
-    linear layer's weight is used through a transposed *view* of its torch parameter; what must
-    be rearranged (a conv kernel as an im2col matrix, the linear
-    layer after the convs in the maps' height-width-channel order) is a copy. Both are rebuilt
+    linear layer's weight is a row-major copy of its torch parameter's transpose, a conv kernel
+    an im2col matrix, the linear layer after the convs rearranged in the maps'
+    height-width-channel order. All are rebuilt
     when a parameter changes: torch bumps a tensor's version on every in-place write
     (``load_state_dict``, optimizer steps), and a storage that moved (``.data =``,
     ``.to(device)``) changes its data pointer. Only float32 CPU actors of Linear, Tanh and ReLU,
     optionally led by an :class:`ImageEncoder`, qualify: :meth:`build` returns None otherwise.
-    ``extra`` parameters (a log-std) get views too, in :attr:`extra`.
+    ``extra`` parameters (a log-std) get views, in :attr:`extra`.
     """
 
     def __init__(self, seq: nn.Sequential, extra: Sequence[torch.Tensor] = ()):
@@ -164,12 +166,16 @@ class NumpyMLP:
         return NumpyMLP(seq, extra)
 
     def _bind(self) -> None:
+        self.image = any(isinstance(m, ImageEncoder) for m in self.seq)
         self.ops: list[tuple] = []
         for m in self.seq:
             if isinstance(m, ImageEncoder):
                 self.ops.append((_image_op(m), m))
-            elif type(m) is nn.Linear:  # x @ W.T: a transposed view, which BLAS takes as it is
-                self.ops.append((m.weight.detach().numpy().T, m.bias.detach().numpy()))
+            elif type(m) is nn.Linear:
+                # x @ W.T with W.T copied row-major: BLAS multiplies by it 8-35% faster than by the
+                # transposed view (845x64 at 192 rows: 185 against 200 us; 11x64 at 4 rows: 0.8
+                # against 1.2 us), and the copy is made once per new set of weights.
+                self.ops.append((np.ascontiguousarray(m.weight.detach().numpy().T), m.bias.detach().numpy()))
             else:
                 self.ops.append((_activation(m),))
         self.extra = [p.detach().numpy() for p in self.params[len(self.params) - self.n_extra:]]
@@ -569,10 +575,14 @@ class ActorCritic(nn.Module):
         A plain MLP actor on the CPU, on a small input, runs in numpy (:class:`NumpyMLP`); anything else in torch:
         the same distribution either way, the noise drawn from a numpy generator seeded from torch's."""
         if isinstance(obs, np.ndarray):
-            fast = self._numpy_actor() if obs.size <= NUMPY_ACT_MAX_VALUES else None
+            fast = self._numpy_actor()
+            if fast is not None and fast.image and obs.size > NUMPY_ACT_MAX_VALUES:
+                fast = None
             x = obs
         else:
-            fast = self._numpy_actor() if obs.numel() <= NUMPY_ACT_MAX_VALUES and obs.device.type == "cpu" else None
+            fast = self._numpy_actor() if obs.device.type == "cpu" else None
+            if fast is not None and fast.image and obs.numel() > NUMPY_ACT_MAX_VALUES:
+                fast = None
             x = obs.detach().numpy() if fast is not None else None
         if fast is None:
             return self._act_torch(_tensor(obs), deterministic, _tensor(masks), _tensor(critic_obs), with_value)

@@ -149,6 +149,12 @@ def stale(pending: int, folded: float) -> bool:
     return pending > 0 and pending * 256 >= folded
 
 
+# From this many values np.clip's one pass beats maximum-then-minimum's two (192 MAgent2 views
+# of 845 values: 20 against 67 us); below it np.clip's slower entry costs more (4 Hopper rows:
+# +1.6 us a call).
+CLIP_UFUNC_MIN = 4096
+
+
 class ObservationNormalizer:
     """Normalises with (published pool statistics + this worker's unsent delta), clipped.
 
@@ -230,14 +236,22 @@ class ObservationNormalizer:
         self._fold()
         return self.published.merged(self.delta)
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``obs`` normalised and clipped, as float32; written into ``out`` (a float32 array of
+        its shape, e.g. the rollout buffer's row) when given, which saves the caller a copy."""
         if not self.enabled:
-            return np.asarray(obs, dtype=np.float32)
+            if out is None:
+                return np.asarray(obs, dtype=np.float32)
+            np.copyto(out, obs)
+            return out
         if self._std is None or stale(self._unused, self._counted):
             self._refresh()
-        out = obs - self._mean
-        out /= self._std  # in place: one temporary, not two (the same values)
-        return np.minimum(np.maximum(out, -self.clip, out=out), self.clip, out=out).astype(np.float32, copy=False)
+        res = np.subtract(obs, self._mean, out=out)
+        res /= self._std  # in place: one temporary at most (the same values as (obs - mean) / std)
+        if res.size > CLIP_UFUNC_MIN:
+            c = np.float32(self.clip)  # a float32 bound: a Python float would make np.clip cast
+            return np.clip(res, -c, c, out=res).astype(np.float32, copy=False)
+        return np.minimum(np.maximum(res, -self.clip, out=res), self.clip, out=res).astype(np.float32, copy=False)
 
     def take_delta(self) -> RunningStats:
         """Hand over the unsent statistics; they are then counted in the published ones."""

@@ -132,8 +132,8 @@ IDS = ["box", "discrete", "multidiscrete"]
 
 @pytest.mark.parametrize("space", SPACES, ids=IDS)
 def test_numpy_act_is_the_torch_act(space):
-    """A small MLP acts in numpy: its modes are torch's, and its log-probs are what the learner
-    (torch) computes for the same actions; a wide input goes through torch."""
+    """An MLP acts in numpy: its modes are torch's, and its log-probs are what the learner
+    (torch) computes for the same actions; torch's own path samples the same distribution."""
     torch.manual_seed(1)
     net = ActorCritic(5, space, activation="relu")
     assert net._numpy_actor() is not None
@@ -150,8 +150,8 @@ def test_numpy_act_is_the_torch_act(space):
     if space.__class__ is gym.spaces.Discrete:
         with torch.no_grad():
             net.actor[-1].bias.copy_(torch.tensor([0.0, 3.0, 0.0, 0.0]))
-        picks, _, _ = net.act(torch.zeros(4000, 5))  # 20,000 values: torch's path
-        small, _, _ = net.act(torch.zeros(1000, 5))  # 5,000: numpy's
+        picks, _, _ = net._act_torch(torch.zeros(4000, 5))  # torch's path
+        small, _, _ = net.act(torch.zeros(1000, 5))  # numpy's
         for arr in (picks, small):
             assert 0.80 < (arr[:, 0] == 1).mean() < 0.90  # softmax([0, 3, 0, 0])[1] = 0.87
 
@@ -241,6 +241,21 @@ def test_numpy_act_runs_small_image_encoders(chw, last, channels, extra):
         net.actor[0].convs[0].weight.mul_(-1.5)
     np.testing.assert_allclose(net.act(obs, deterministic=True)[1], net._act_torch(obs, deterministic=True)[1],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_plain_mlp_acts_in_numpy_at_any_width(monkeypatch):
+    """192 MAgent2 views of 845 values: numpy's act, whose log-probs are the learner's."""
+    torch.manual_seed(2)
+    net = ActorCritic(845, gym.spaces.Discrete(21), hidden=[64, 64])
+    obs = np.random.default_rng(0).random((192, 845), dtype=np.float32)
+    assert obs.size > NUMPY_ACT_MAX_VALUES
+
+    def no_torch(*a, **k):
+        raise AssertionError("a plain MLP went to torch's act")
+    monkeypatch.setattr(net, "_act_torch", no_torch)
+    a, logp, _ = net.act(obs)
+    ref, _ = net.log_prob_entropy(torch.from_numpy(obs), torch.as_tensor(a))
+    np.testing.assert_allclose(logp, ref.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_large_images_and_padded_convs_stay_in_torch():

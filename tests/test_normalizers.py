@@ -195,3 +195,25 @@ def test_reward_scaling_starts_as_gymnasiums_normalize_reward(per_step):
     np.testing.assert_allclose(ours, np.clip(gym_out, -10, 10), rtol=1e-4, atol=1e-5)
     # Only the very first step (one return per copy against the 1e-4 prior) is clipped.
     assert np.abs(ours[1:]).max() < 10
+
+
+@pytest.mark.parametrize("rows,width", [(4, 11), (192, 845)], ids=["small", "wide"])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_observation_normalizer_writes_into_a_given_array(rows, width, enabled):
+    """``norm(x, out=row)`` (the sampler normalising straight into its rollout buffer) gives what
+    ``norm(x)`` gives, in ``out``; both clipped (np.clip for wide batches, max/min for small ones)."""
+    rng = np.random.default_rng(0)
+    norm = ObservationNormalizer((width,), clip=2.0, enabled=enabled)
+    norm.observe((rng.standard_normal((64, width)) * 0.1).astype(np.float32))
+    x = (rng.standard_normal((rows, width)) * 3).astype(np.float32)
+    expected = norm(x)
+    out = np.full((rows, width), np.nan, np.float32)
+    got = norm(x, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, expected)
+    if enabled:
+        assert out.max() == 2.0 and out.min() == -2.0  # the clip happened on both sides
+        ref = np.clip((x - norm._mean) / norm._std, -2.0, 2.0)
+        np.testing.assert_array_equal(out, ref)
+    else:
+        np.testing.assert_array_equal(out, x)
