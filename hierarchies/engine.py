@@ -439,7 +439,7 @@ class Sampler:
                     norm.observe(raw)
                     if every and buf.obs[t].flags.c_contiguous:  # whole rows: normalise straight into the buffer
                         into = buf.obs[t].reshape(raw.shape)
-                obs = norm(raw, out=into)
+                obs = norm(raw) if into is None else norm(raw, out=into)
                 if into is None and not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
                     obs = obs.copy()
                 masks = None

@@ -72,9 +72,9 @@ class _Recording:
     def __init__(self, inner):
         self.inner, self.raw = inner, None
 
-    def __call__(self, obs):
+    def __call__(self, obs, out=None):
         self.raw = np.array(obs, np.float32)
-        return self.inner(obs)
+        return self.inner(obs, out=out)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -3,9 +3,10 @@
 MAgent2's PettingZoo envs compute every team's observations, rewards and deaths as arrays in
 C++, then split them into one dict entry per agent; the dict adapter (``env.type: pettingzoo``)
 stacks them back into arrays. On ``battle_v4`` (map 20, 24 agents) those two conversions were
-about half of a sampling step. This env reads the arrays from the engine instead
-(``get_agent_id``, ``get_observation``, ``get_reward``, ``get_alive``) and writes them into the
-``[copies, agents, ...]`` arrays the sampler takes::
+about half of a sampling step. This env reads the arrays from the engine instead (the C
+functions behind ``get_agent_id``, ``get_observation``, ``get_reward``, ``get_alive``, called
+into buffers made once: see :class:`_Engine`) and writes them into the ``[copies, agents, ...]``
+arrays the sampler takes::
 
     env:
       type: vector
