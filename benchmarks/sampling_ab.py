@@ -24,7 +24,6 @@ Writes benchmarks/results/sampling_ab.{json,md} (``--out`` for another stem).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
