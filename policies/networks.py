@@ -572,7 +572,8 @@ class ActorCritic(nn.Module):
         the value is None with ``with_value=False`` (a caller that evaluates the critic later, batched).
         Inputs are torch tensors or float32 numpy arrays (a sampler's, passed without a round trip).
 
-        A plain MLP actor on the CPU, on a small input, runs in numpy (:class:`NumpyMLP`); anything else in torch:
+        A plain MLP actor on the CPU runs in numpy (:class:`NumpyMLP`) at any batch size, one led by a small conv
+        encoder on a small input too (see NUMPY_ACT_MAX_VALUES); anything else in torch:
         the same distribution either way, the noise drawn from a numpy generator seeded from torch's."""
         if isinstance(obs, np.ndarray):
             fast = self._numpy_actor()
