@@ -39,6 +39,13 @@ from ..policies.gae import decision_gae
 from ..policies.networks import ActorCritic
 from ..policies.normalizers import ObservationNormalizer, RewardScaler
 
+# Layers with a plain MLP critic (no central critic, no conv) whose inputs are at least this wide
+# get their values from the critic beside the actor, in numpy, while the step's inputs are still in cache, instead of in one
+# pass over the rollout at flush_values (battle_v4: 845 values a row, a rollout of 40 MB read back
+# from memory). Narrow inputs (Hopper's 11) keep the batched pass: there a second forward pass
+# every step costs more in calls than it saves.
+VALUES_AT_ACT_MIN_WIDTH = 256
+
 # At or above this share of decided rows, flush_values runs the critic on every row of the block
 # rather than gathering the decided ones: a gathered row is a copy of its observation, and where
 # rows are wide (845 values) the copy costs about two thirds of the row's critic pass.
@@ -144,6 +151,7 @@ class _Buffers:
         self.boot_value: list[np.ndarray | None] = []
         self.boot_hidden: list[np.ndarray | None] = []  # a recurrent policy's hidden at each bootstrap view
         self.value_from = 1   # rows before this have their values
+        self.values_at_act = False  # the critic runs beside the actor, not at flush_values (see VALUES_AT_ACT_MIN_WIDTH)
 
     def _alloc(self, T: int) -> dict[str, np.ndarray]:
         N, L, d = self.N, self.L, self.dims
@@ -280,6 +288,9 @@ class Sampler:
                                                 s.critic_dim or 0,
                                                 self.hidden[s.name].shape[-1] if s.name in self.hidden else 0,
                                                 dim if s.teacher_fn is not None else 0)
+                self.buffers[s.name].values_at_act = (s.name not in self.hidden and not s.critic_dim
+                                                      and s.obs_dim >= VALUES_AT_ACT_MIN_WIDTH
+                                                      and policies[s.name].numpy_critic())
         # How often each command was chosen (charts/commands): per choice of a discrete command, per
         # choice of each component of a multidiscrete one (its one-hots side by side).
         self.command_counts = {s.name: np.zeros(s.cfg.action.command_dim(), np.int64) for s in specs
@@ -450,9 +461,9 @@ class Sampler:
                 hid = self.hidden.get(p.name)
                 if hid is None:
                     # numpy in: the numpy actor takes the arrays as they are (torch's path wraps them)
-                    actions, logp, _ = policy.act(obs, self.deterministic, masks,
-                                                  np.ascontiguousarray(crit) if crit is not None else None,
-                                                  with_value=False)
+                    actions, logp, values = policy.act(obs, self.deterministic, masks,
+                                                       np.ascontiguousarray(crit) if crit is not None else None,
+                                                       with_value=buf is not None and buf.values_at_act)
                 else:
                     h_in = hid.reshape(-1, hid.shape[-1]).copy() if every else hid[due]
                     first = self.fresh[p.name].reshape(-1).copy() if every else self.fresh[p.name][due]
@@ -504,6 +515,8 @@ class Sampler:
                 buf.obs[row] = shaped(obs)
             buf.act[row] = shaped(actions)
             buf.logp[row] = shaped(logp)
+            if buf.values_at_act:
+                buf.value[row] = shaped(values)
             if masks is not None:
                 buf.mask[row] = shaped(masks)
             if crit is not None:
@@ -727,7 +740,9 @@ class Sampler:
         for name, buf in self.buffers.items():
             policy = self.policies[name]
             lo, hi = buf.value_from, self.t
-            if hi > lo:
+            if hi > lo and buf.values_at_act:  # every row got its value when it was decided
+                buf.value_from = hi
+            elif hi > lo:
                 sel = buf.decided[lo:hi]
                 decided = int(np.count_nonzero(sel))
                 if decided and name not in self.hidden and decided >= DENSE_VALUE_SHARE * sel.size:

@@ -621,8 +621,12 @@ class ActorCritic(nn.Module):
                 logp += log_probs[rows, pick]
         v = None
         if with_value:
-            with torch.inference_mode():
-                v = self.value(_tensor(obs), _tensor(critic_obs)).numpy()
+            critic = self._numpy_critic()
+            if critic is not None:
+                v = critic(np.asarray(critic_obs) if self.central else x)[:, 0]
+            else:
+                with torch.inference_mode():
+                    v = self.value(_tensor(obs), _tensor(critic_obs)).numpy()
         return a.astype(np.float32, copy=False), logp.astype(np.float32, copy=False), v
 
     def _box_terms(self, fast: NumpyMLP) -> tuple[np.ndarray, float]:
@@ -638,6 +642,7 @@ class ActorCritic(nn.Module):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # the numpy views and generator are rebuilt on first use
         state.pop("_fast_actor", None)
+        state.pop("_fast_critic", None)
         state.pop("_rng", None)
         state.pop("_box_cache", None)
         state.pop("_mlp_layers", None)  # mlp_gradients' view of the layers: rebuilt on first use
@@ -651,6 +656,19 @@ class ActorCritic(nn.Module):
             # A numpy generator per policy, seeded from torch's: torch.manual_seed still fixes a run.
             self.__dict__["_rng"] = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
         return fast if fast is not None and fast.fresh() else None
+
+    def _numpy_critic(self) -> NumpyMLP | None:
+        """The critic in numpy where it is a plain MLP on the CPU (as :meth:`_numpy_actor`; a conv
+        critic stays in torch, whose batched convs beat numpy's im2col)."""
+        fast = self.__dict__.get("_fast_critic", False)
+        if fast is False:
+            fast = NumpyMLP.build(self.critic)
+            fast = self.__dict__["_fast_critic"] = fast if fast is not None and not fast.image else None
+        return fast if fast is not None and fast.fresh() else None
+
+    def numpy_critic(self) -> bool:
+        """Whether :meth:`act` computes values in numpy (a plain MLP critic on the CPU)."""
+        return self._numpy_critic() is not None
 
     @torch.inference_mode()
     def _act_torch(self, obs: torch.Tensor, deterministic: bool = False, masks: torch.Tensor | None = None,

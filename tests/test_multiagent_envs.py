@@ -73,12 +73,14 @@ def test_mpe_with_a_central_critic_on_state():
 @pytest.mark.parametrize("env", [KAZ], ids=["kaz"])
 def test_values_read_in_place_equal_the_gathered_ones(env, monkeypatch):
     """flush_values runs the critic on every row of a nearly dense block instead of gathering the
-    decided rows: the values, advantages and returns must be those of the gathered path (agents
-    die in KAZ, so some rows of the block are not decided and must keep no value)."""
+    decided rows, and wide layers take their values from a numpy critic beside the act: the values,
+    advantages and returns must be those of the gathered path (agents die in KAZ, so some rows of
+    the block are not decided and must keep no value)."""
     import hdppo.hierarchies.engine as engine
 
-    def run(share):
+    def run(share, at_act_width=10**9):
         monkeypatch.setattr(engine, "DENSE_VALUE_SHARE", share)
+        monkeypatch.setattr(engine, "VALUES_AT_ACT_MIN_WIDTH", at_act_width)
         cfg = validate(tiny_config(env=env, layers=[layer()]))
         venv, first, specs = probe_env(cfg, 0, 2)
         torch.manual_seed(0)
@@ -86,16 +88,17 @@ def test_values_read_in_place_equal_the_gathered_ones(env, monkeypatch):
         norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
         tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
         sampler = Sampler(specs, venv, pol, norms, tracks, first=first)
+        assert sampler.buffers["control"].values_at_act == (at_act_width == 0)
         undecided = 0
         for _ in range(300):
             sampler.step()
             undecided += int((~sampler.buffers["control"].decided[sampler.t - 1]).any())
         return sampler.harvest()["control"].batch, undecided
 
-    dense, undecided = run(0.0)
-    gathered, _ = run(1.1)
+    gathered, undecided = run(1.1)
     assert undecided > 0, "every row decided: the test no longer covers rows the dense pass must skip"
-    assert len(dense) == len(gathered) and len(dense) > 100
-    np.testing.assert_array_equal(dense.obs, gathered.obs)
-    np.testing.assert_allclose(dense.values, gathered.values, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(dense.advantages, gathered.advantages, rtol=1e-4, atol=1e-5)
+    for other in (run(0.0)[0], run(1.1, at_act_width=0)[0]):
+        assert len(other) == len(gathered) and len(other) > 100
+        np.testing.assert_array_equal(other.obs, gathered.obs)
+        np.testing.assert_allclose(other.values, gathered.values, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(other.advantages, gathered.advantages, rtol=1e-4, atol=1e-5)
