@@ -440,6 +440,7 @@ class Sampler:
             policy = self.policies[p.name]
             buf = self.buffers.get(p.name)   # None for a scripted layer: never recorded
             into = None  # the buffer's row, where the normalised inputs were written in place
+            values = None  # set by the act where the buffer takes its values there (values_at_act)
             if p.name in self.scripted:  # acts by its teacher: no inputs, no forward pass
                 actions, hid = self._teacher(p, due, policy.head.dim), None
             else:
