@@ -102,3 +102,48 @@ def test_values_read_in_place_equal_the_gathered_ones(env, monkeypatch):
         np.testing.assert_array_equal(other.obs, gathered.obs)
         np.testing.assert_allclose(other.values, gathered.values, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(other.advantages, gathered.advantages, rtol=1e-4, atol=1e-5)
+
+
+
+def test_harvested_rows_reuse_an_array_only_once_nothing_holds_it(monkeypatch):
+    """Wide harvested fields go into arrays kept from earlier harvests (no page faults on new
+    memory): the rows must equal the plain boolean gather's, a batch still held (as a learner
+    holds one) must never be written over by a later harvest, and a dropped one's array is reused."""
+    import gc
+
+    import hdppo.hierarchies.engine as engine
+
+    def sampler(min_bytes):
+        monkeypatch.setattr(engine, "GATHER_REUSE_MIN_BYTES", min_bytes)
+        cfg = validate(tiny_config(env=KAZ, layers=[layer()]))
+        venv, first, specs = probe_env(cfg, 0, 2)
+        torch.manual_seed(0)
+        pol = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
+        norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
+        tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
+        return Sampler(specs, venv, pol, norms, tracks, first=first)
+
+    def harvest(s):
+        for _ in range(60):
+            s.step()
+        return s.harvest()["control"].batch.obs
+
+    plain_sampler = sampler(1 << 60)
+    plain = [harvest(plain_sampler).copy() for _ in range(4)]
+    assert plain_sampler.buffers["control"].reuse == {} and len(plain[0]) > 100
+
+    s = sampler(0)
+    pool = s.buffers["control"].reuse
+    h0, h1 = harvest(s), harvest(s)
+    assert h0.base is pool["obs"][0] and h1.base is pool["obs"][1]
+    h2 = harvest(s)  # both kept arrays held: a new one, not kept
+    assert all(h2.base is not a for a in pool["obs"]) and len(pool["obs"]) == engine.GATHER_REUSE_KEEP
+    for got, want in zip((h0, h1, h2), plain):
+        np.testing.assert_array_equal(got, want)  # held batches were not written over
+    where0 = h0.__array_interface__["data"][0]
+    del h0
+    gc.collect()
+    h3 = harvest(s)
+    assert h3.__array_interface__["data"][0] == where0, "the dropped batch's array was not reused"
+    np.testing.assert_array_equal(h3, plain[3])
+    np.testing.assert_array_equal(h1, plain[1])
