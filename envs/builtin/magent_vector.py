@@ -292,7 +292,9 @@ class MAgentVector(VectorMultiAgentEnv):
         # Rows of agents no longer alive read 0, as the dict adapter leaves them.
         self._obs[~self._alive] = 0.0
         alive = self._learners(self._alive)
-        obs = self._learners(self._obs)
+        # Without opponents, the env's own array: a step's arrays are valid until the next step
+        # (see hdppo.envs.vector), and a copy of every view cost ~6 us per env step on battle_v4.
+        obs = self._obs if self._opp_policy is None else self._obs[:, learn]
         if final_obs is None:
             final_obs = obs
         elif self._opp_policy is not None:
