@@ -488,10 +488,11 @@ class Sampler:
                 raw = x.reshape(-1, x.shape[-1]) if every else x[due]
                 norm = self.obs_norms[p.name]
                 if buf is not None:
-                    norm.observe(raw)
                     if every and buf.obs[t].flags.c_contiguous:  # whole rows: normalise straight into the buffer
                         into = buf.obs[t].reshape(raw.shape)
-                obs = norm(raw) if into is None else norm(raw, out=into)
+                    obs = norm.observe_and_normalise(raw, out=into)
+                else:
+                    obs = norm(raw)
                 if into is None and not obs.flags.writeable:  # an env's read-only array passed through (normalization off)
                     obs = obs.copy()
                 masks = None

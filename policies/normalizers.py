@@ -127,6 +127,23 @@ class MomentSums:
         self.sumsq += column_sums(d)
         self.count += x.shape[0]
 
+    def add_scaled(self, y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+        """Add the batch ``x = y * std + mean`` (``y [B, D]`` float32, before any clip) from ``y``'s
+        column sums: the normalizer's pass that writes ``y`` then also serves the statistics, where
+        :meth:`add` would read ``x`` twice more and write a temporary. With ``c = mean - shift``,
+        ``sum(x - shift) = std sum(y) + B c`` and ``sum((x - shift)^2) = std^2 sum(y^2) + 2 std c sum(y) + B c^2``;
+        ``y`` is of unit scale, so its float32 sums lose no more than :meth:`add`'s do."""
+        n = y.shape[0]
+        sy = column_sums(y)
+        syy = np.einsum("ij,ij->j", y, y).astype(np.float64)  # one read, no temporary
+        m64, s64 = mean.astype(np.float64), std.astype(np.float64)
+        if self.shift is None:
+            self.shift = (m64 + s64 * sy / n).astype(y.dtype)  # the batch's mean, as add() takes it
+        c = m64 - self.shift.astype(np.float64)
+        self.sum += s64 * sy + n * c
+        self.sumsq += s64 * s64 * syy + 2.0 * s64 * c * sy + n * c * c
+        self.count += n
+
     def take(self) -> RunningStats:
         """The moments of everything added since the last take; then empty."""
         out = RunningStats(self.shape)
@@ -248,10 +265,34 @@ class ObservationNormalizer:
             self._refresh()
         res = np.subtract(obs, self._mean, out=out)
         res /= self._std  # in place: one temporary at most (the same values as (obs - mean) / std)
+        return self._clipped(res)
+
+    def _clipped(self, res: np.ndarray) -> np.ndarray:
+        """``res`` clipped to +-clip in place, as float32."""
         if res.size > CLIP_UFUNC_MIN:
             c = np.float32(self.clip)  # a float32 bound: a Python float would make np.clip cast
             return np.clip(res, -c, c, out=res).astype(np.float32, copy=False)
         return np.minimum(np.maximum(res, -self.clip, out=res), self.clip, out=res).astype(np.float32, copy=False)
+
+    def observe_and_normalise(self, obs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``observe(obs)`` then ``self(obs, out)``: the same statistics and values (up to float32
+        rounding in the sums). A wide float32 batch whose statistics need no refresh (most steps
+        after the first few thousand samples) is normalised first and its moments taken from the
+        normalised values (:meth:`MomentSums.add_scaled`): 5 passes over the batch instead of 7
+        (192 MAgent2 views of 845 values: ~140 against ~210 us)."""
+        x = np.asarray(obs)
+        d = self.delta.shape
+        if (not self.enabled or x.dtype != np.float32 or x.ndim != 2 or x.shape[1:] != d
+                or x.size <= self.STASH_VALUES // 8 or self._std is None
+                or stale(self._unused + x.shape[0], self._counted)):
+            self.observe(obs)
+            return self(obs, out)
+        self._add_stash()  # keep the samples' order
+        res = np.subtract(x, self._mean, out=out)
+        res /= self._std
+        self._pending.add_scaled(res, self._mean, self._std)
+        self._unused += x.shape[0]
+        return self._clipped(res)
 
     def take_delta(self) -> RunningStats:
         """Hand over the unsent statistics; they are then counted in the published ones."""

@@ -217,3 +217,40 @@ def test_observation_normalizer_writes_into_a_given_array(rows, width, enabled):
         np.testing.assert_array_equal(out, ref)
     else:
         np.testing.assert_array_equal(out, x)
+
+
+def test_observe_and_normalise_gives_observe_then_normalise(monkeypatch):
+    """The sampler's one call: a wide batch whose statistics need no refresh is normalised first
+    and its moments taken from the normalised values (MomentSums.add_scaled). The values and the
+    statistics must be those of observe() then normalise, also for a large mean and a small
+    spread, with values clipped on both sides; and that path must be the one taken."""
+    from hdppo.policies.normalizers import MomentSums
+
+    scaled = []
+    monkeypatch.setattr(MomentSums, "add_scaled", lambda self, *a, _f=MomentSums.add_scaled: (scaled.append(1), _f(self, *a)))
+    rng = np.random.default_rng(4)
+
+    def batch():  # sparse features on a large offset, and rare outliers beyond the clip
+        x = 1e3 + (rng.random((192, 40)) < 0.1) * rng.normal(0.0, 0.5, (192, 40))
+        x[rng.random((192, 40)) < 0.002] += 50.0
+        return x.astype(np.float32)
+
+    a, b = ObservationNormalizer((40,), clip=5.0), ObservationNormalizer((40,), clip=5.0)
+    seen = []
+    for _ in range(1000):  # refreshed every batch early on, then every few (see stale)
+        x = batch()
+        seen.append(x.astype(np.float64))
+        a.observe(x)
+        want = a(x)
+        out = np.empty_like(x)
+        got = b.observe_and_normalise(x, out=out)
+        assert got is out
+        np.testing.assert_allclose(got, want, atol=2e-4)
+    assert np.abs(got).max() == 5.0  # clipped
+    assert len(scaled) > 400, "the wide batches did not take the normalised path"
+    rows = np.concatenate(seen)
+    for norm in (a, b):
+        stats = norm.take_delta()
+        assert stats.count == len(rows)
+        np.testing.assert_allclose(stats.mean, rows.mean(0), rtol=1e-9)
+        np.testing.assert_allclose(stats.var, rows.var(0), rtol=1e-4)
