@@ -194,8 +194,9 @@ class NumpyMLP:
             self._bind()
         return True
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        for op in self.ops:
+    def __call__(self, x: np.ndarray, start: int = 0) -> np.ndarray:
+        """The forward pass of ``x``, or (``start``) of a hidden ``x`` from that op on."""
+        for op in self.ops[start:] if start else self.ops:
             if len(op) == 2:
                 if isinstance(op[1], ImageEncoder):
                     x = _image_forward(x, op[0])
@@ -205,6 +206,37 @@ class NumpyMLP:
             else:
                 op[0](x, out=x)
         return x
+
+
+class FusedFirstLayer:
+    """An actor's and a critic's first linear layers, on the same input, as one product.
+
+    A sampler on wide rows (battle_v4: 192 views of 845 values a step) spends about a quarter
+    of its time in these two products; one product by the side-by-side weights reads the rows
+    once and keeps BLAS's kernel fuller (845x64 twice against 845x128 once: ~250 against ~210 us
+    at 192 rows), the rest of each network then runs on its half of the result (a view: BLAS
+    takes it with its row stride, no copy). Made again when either network rebinds."""
+
+    def __init__(self, actor: NumpyMLP, critic: NumpyMLP):
+        (wa, ba), (wc, bc) = actor.ops[0], critic.ops[0]
+        self.actor, self.critic = actor, critic
+        self.key = (actor.binds, critic.binds)
+        self.w = np.ascontiguousarray(np.concatenate([wa, wc], axis=1))
+        self.b = np.concatenate([ba, bc])
+        self.split = wa.shape[1]
+
+    @staticmethod
+    def fits(actor: NumpyMLP, critic: NumpyMLP) -> bool:
+        """Both lead with a plain linear layer of the same input width."""
+        a, c = actor.ops[0], critic.ops[0]
+        return (not actor.image and not critic.image and len(a) == 2 and len(c) == 2
+                and a[0].shape[0] == c[0].shape[0])
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the actor's output, the critic's ``[B, 1]``)."""
+        h = x @ self.w
+        h += self.b
+        return self.actor(h[:, :self.split], start=1), self.critic(h[:, self.split:], start=1)
 
 
 def _activation(m: nn.Module):
@@ -587,7 +619,11 @@ class ActorCritic(nn.Module):
             x = obs.detach().numpy() if fast is not None else None
         if fast is None:
             return self._act_torch(_tensor(obs), deterministic, _tensor(masks), _tensor(critic_obs), with_value)
-        out = fast(x)
+        fused = self._fused(fast) if with_value and not self.central else None
+        if fused is not None:
+            out, v = fused(x)
+        else:
+            out, v = fast(x), None
         rng = self._rng
         if self.head.kind == "box":
             std, logp_base = self._box_terms(fast)
@@ -619,8 +655,9 @@ class ActorCritic(nn.Module):
                     pick = (log_probs - np.log(-np.log(u))).argmax(-1)
                 a[:, k] = pick
                 logp += log_probs[rows, pick]
-        v = None
-        if with_value:
+        if with_value and v is not None:
+            v = v[:, 0]
+        elif with_value:
             critic = self._numpy_critic()
             if critic is not None:
                 v = critic(np.asarray(critic_obs) if self.central else x)[:, 0]
@@ -665,6 +702,17 @@ class ActorCritic(nn.Module):
             fast = NumpyMLP.build(self.critic)
             fast = self.__dict__["_fast_critic"] = fast if fast is not None and not fast.image else None
         return fast if fast is not None and fast.fresh() else None
+
+    def _fused(self, actor: NumpyMLP) -> FusedFirstLayer | None:
+        """The actor's and critic's first layers as one product, where both are plain numpy MLPs
+        on the observation (kept until either gets new weights)."""
+        critic = self._numpy_critic()
+        if critic is None or not FusedFirstLayer.fits(actor, critic):
+            return None
+        fused = self.__dict__.get("_fused_first")
+        if fused is None or fused.actor is not actor or fused.critic is not critic or fused.key != (actor.binds, critic.binds):
+            fused = self.__dict__["_fused_first"] = FusedFirstLayer(actor, critic)
+        return fused
 
     def numpy_critic(self) -> bool:
         """Whether :meth:`act` computes values in numpy (a plain MLP critic on the CPU)."""

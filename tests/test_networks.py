@@ -258,6 +258,33 @@ def test_a_plain_mlp_acts_in_numpy_at_any_width(monkeypatch):
     np.testing.assert_allclose(logp, ref.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+
+@pytest.mark.parametrize("hidden", [[64, 64], []], ids=["hidden", "linear"])
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(21), gym.spaces.Box(-1, 1, (3,))], ids=["discrete", "box"])
+def test_values_at_act_come_from_one_product_with_the_actor(hidden, space):
+    """With values, numpy's act multiplies the rows by the actor's and critic's first layers side
+    by side (FusedFirstLayer): its actions, log-probs and values must be the unfused ones, before
+    and after new weights arrive; a central critic (another input) is not fused."""
+    from hdppo.policies.networks import FusedFirstLayer
+
+    torch.manual_seed(3)
+    net = ActorCritic(300, space, hidden=hidden)
+    other = ActorCritic(300, space, hidden=hidden)
+    obs = np.random.default_rng(1).random((50, 300), dtype=np.float32)
+    for _ in range(2):
+        a, logp, v = net.act(obs, deterministic=True)
+        assert isinstance(net.__dict__.get("_fused_first"), FusedFirstLayer)
+        ref_a, ref_logp, _ = net._act_torch(torch.from_numpy(obs), deterministic=True, with_value=False)
+        np.testing.assert_allclose(a, ref_a, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(logp, ref_logp, rtol=1e-4, atol=1e-5)
+        with torch.no_grad():
+            np.testing.assert_allclose(v, net.value(torch.from_numpy(obs)).numpy(), rtol=1e-5, atol=1e-5)
+        net.load_state_dict(other.state_dict())  # new weights: the side-by-side ones are made again
+    central = ActorCritic(300, space, hidden=hidden, critic_dim=7)
+    central.act(obs, critic_obs=np.ones((50, 7), np.float32))
+    assert "_fused_first" not in central.__dict__
+
+
 def test_large_images_and_padded_convs_stay_in_torch():
     enc = {"kind": "cnn", "chw": (3, 84, 84), "channels_last": False, "channels": [8], "features": 16}
     net = ActorCritic(3 * 84 * 84, gym.spaces.Discrete(3), hidden=[], activation="relu", encoder=enc)
