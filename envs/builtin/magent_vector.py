@@ -197,8 +197,10 @@ class MAgentVector(VectorMultiAgentEnv):
         if c.frames >= c.max_cycles:
             trunc[i] = before & ~term[i]
         eng.clear_dead()
-        self._alive[i] = before & ~(term[i] | trunc[i])
-        c.agents = [a for a, live in zip(self._everyone, self._alive[i]) if live]
+        gone = term[i] | trunc[i]
+        if gone.any():  # the PettingZoo env's list of agents, as its own step leaves it (a 24-name loop: only on a change)
+            self._alive[i] = before & ~gone
+            c.agents = [a for a, live in zip(self._everyone, self._alive[i]) if live]
 
     # -- the interface -------------------------------------------------------------------------------
     def _states(self) -> np.ndarray | None:
