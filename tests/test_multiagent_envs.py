@@ -21,9 +21,21 @@ KAZ = {"type": "pettingzoo", "id": "pettingzoo.butterfly.knights_archers_zombies
 
 SPREAD = {"type": "pettingzoo", "id": "mpe2.simple_spread_v3", "kwargs": {"N": 3, "max_cycles": 25}}
 
+
 def layer(**over):
     return {"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 1},
             "dppo": {"num_workers": 1, "num_envs_per_worker": 2, "train_batch_size": 256}} | over
+
+
+def seeded_sampler(env=KAZ, wrap=lambda venv: venv):
+    """A sampler over two copies of ``env`` (KAZ: agents die), its policy seeded: two calls sample alike."""
+    cfg = validate(tiny_config(env=env, layers=[layer()]))
+    venv, first, specs = probe_env(cfg, 0, 2)
+    torch.manual_seed(0)
+    pol = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
+    norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
+    tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
+    return Sampler(specs, wrap(venv), pol, norms, tracks, first=first)
 
 
 def test_agents_that_die_in_kaz_close_their_lanes_and_the_copy_goes_on():
@@ -83,13 +95,7 @@ def test_values_read_in_place_equal_the_gathered_ones(env, monkeypatch):
     def run(share, at_act_width=10**9):
         monkeypatch.setattr(engine, "DENSE_VALUE_SHARE", share)
         monkeypatch.setattr(engine, "VALUES_AT_ACT_MIN_WIDTH", at_act_width)
-        cfg = validate(tiny_config(env=env, layers=[layer()]))
-        venv, first, specs = probe_env(cfg, 0, 2)
-        torch.manual_seed(0)
-        pol = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
-        norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
-        tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
-        sampler = Sampler(specs, venv, pol, norms, tracks, first=first)
+        sampler = seeded_sampler(env)
         assert sampler.buffers["control"].values_at_act == (at_act_width == 0)
         undecided = 0
         for _ in range(300):
@@ -105,17 +111,6 @@ def test_values_read_in_place_equal_the_gathered_ones(env, monkeypatch):
         np.testing.assert_allclose(other.values, gathered.values, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(other.advantages, gathered.advantages, rtol=1e-4, atol=1e-5)
 
-
-
-def kaz_sampler(wrap=lambda venv: venv, env=KAZ):
-    """A sampler over two copies of ``env`` (KAZ: agents die), its policy seeded: two calls sample alike."""
-    cfg = validate(tiny_config(env=env, layers=[layer()]))
-    venv, first, specs = probe_env(cfg, 0, 2)
-    torch.manual_seed(0)
-    pol = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
-    norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
-    tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
-    return Sampler(specs, wrap(venv), pol, norms, tracks, first=first)
 
 
 class _Scribbler:
@@ -154,7 +149,7 @@ def test_the_sampler_keeps_no_env_array_past_the_next_step(env):
         pytest.importorskip("mpe2")
     batches = []
     for wrap in (lambda venv: venv, _Scribbler):
-        s = kaz_sampler(wrap, env)
+        s = seeded_sampler(env, wrap)
         got = []
         for _ in range(2):
             for _ in range(80):
@@ -177,7 +172,7 @@ def test_harvested_rows_reuse_an_array_only_once_nothing_holds_it(monkeypatch):
 
     def sampler(min_bytes):
         monkeypatch.setattr(engine, "GATHER_REUSE_MIN_BYTES", min_bytes)
-        return kaz_sampler()
+        return seeded_sampler()
 
     def harvest(s):
         for _ in range(60):
