@@ -123,10 +123,20 @@ def hdppo_training(name: str, task: Task, s: PPOSettings, iterations: int, warmu
     return out
 
 
-def sampling(task: Task, s: PPOSettings, seconds: float, native: bool = False) -> dict:
-    # A config for one worker of the 2-worker training run (rollouts of the same length).
+def sampling_config(task: Task, s: PPOSettings, native: bool = False, overrides: list[str] | None = None) -> dict:
+    """The config of one worker of the 2-worker training run (rollouts of the same length), with
+    the training runs' --hdppo-set (learner.precision bf16 changes how the workers act)."""
+    from hdppo.platform.config import parse_override, set_path
+
     cfg = hdppo_task_config("sampling", task, s, 10**9, native)
+    for text in overrides or []:
+        set_path(cfg, *parse_override(text))
     cfg["ray"] = {"backend": "local"}
+    return cfg
+
+
+def sampling(task: Task, s: PPOSettings, seconds: float, native: bool = False, overrides: list[str] | None = None) -> dict:
+    cfg = sampling_config(task, s, native, overrides)
     out = sampling_steps_per_s(cfg, "control", seconds, procs=s.num_workers)
     out["seconds"] = seconds
     return out
@@ -221,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: 4000 simple_spread_v3, 24000 battle_v4; --quick: at most 1024)")
     ap.add_argument("--old-commit", default=OLD_COMMIT, help=f"the old hdppo's commit (default {OLD_COMMIT})")
     ap.add_argument("--hdppo-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra `hdppo train --set` for this tree's runs (not the old commit's); repeatable")
+                    help="extra `hdppo train --set` for this tree's runs and its sampling rows (not the old commit's); repeatable")
     ap.add_argument("--write-configs", type=Path, default=None, metavar="DIR",
                     help="only write each env's hdppo config (the training runs', 100k env steps) as "
                     "DIR/multiagent_<env>.yaml, e.g. for training_ab.py, and stop")
@@ -253,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             task, s, e = TASKS[n], settings[n], results[n]
             if "raw" not in skip and "sampling" not in skip:
                 ways = {"sampling": lambda: safe("multiagent", f"{n} hdppo sampling", sampling, task, s,
-                                                 args.sample_seconds / args.rounds)}
+                                                 args.sample_seconds / args.rounds, overrides=args.hdppo_set)}
                 if task.native and "native_sampling" not in skip:
                     ways["native_sampling"] = lambda: safe("multiagent", f"{n} hdppo sampling (native env)", sampling,
-                                                           task, s, args.sample_seconds / args.rounds, native=True)
+                                                           task, s, args.sample_seconds / args.rounds, native=True,
+                                                           overrides=args.hdppo_set)
                 e["raw"], got = raw_and_sampling(
                     lambda: safe("multiagent", f"{n} raw limit", raw_pettingzoo_steps_per_s, task.module, task.kwargs,
                                  seconds=args.raw_seconds / args.rounds, procs=s.num_workers),
@@ -266,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                 e["raw"] = safe("multiagent", f"{n} raw limit", raw_pettingzoo_steps_per_s,
                                 task.module, task.kwargs, seconds=args.raw_seconds, procs=s.num_workers)
             elif "sampling" not in skip:
-                e["sampling"] = safe("multiagent", f"{n} hdppo sampling", sampling, task, s, args.sample_seconds)
+                e["sampling"] = safe("multiagent", f"{n} hdppo sampling", sampling, task, s, args.sample_seconds,
+                                     overrides=args.hdppo_set)
             if "hdppo" not in skip:
                 e["hdppo"] = safe("multiagent", f"{n} hdppo training", hdppo_training, n, task, s, args.iterations,
                                   args.warmup, tmp, e.get("raw"), overrides=args.hdppo_set)

@@ -75,6 +75,7 @@ class RolloutWorker:
             p, n = layer.policy, layer.normalization
             self.policies[s.name] = make_policy(s.obs_dim, s.action_space, p.hidden, p.activation, p.init_log_std,
                                                 s.critic_dim, s.encoder)
+            self.policies[s.name].act_precision = cfg.learner_of(s.name).precision
             self.obs_norms[s.name] = ObservationNormalizer((s.obs_dim,), n.clip, n.observation)
             self.scalers[s.name] = RewardScaler(d.num_envs_per_worker, layer.ppo.gamma, n.clip, n.reward)
             self.versions[s.name] = -1

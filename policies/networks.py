@@ -215,7 +215,15 @@ class FusedFirstLayer:
     of its time in these two products; one product by the side-by-side weights reads the rows
     once and keeps BLAS's kernel fuller (845x64 twice against 845x128 once: ~250 against ~210 us
     at 192 rows), the rest of each network then runs on its half of the result (a view: BLAS
-    takes it with its row stride, no copy). Made again when either network rebinds."""
+    takes it with its row stride, no copy). Made again when either network rebinds.
+
+    ``bf16=True`` (a worker whose layer's learner runs at ``precision: bf16``): the product in
+    bfloat16, as the learner's first layer computes it (inputs and weights rounded to bfloat16,
+    float32 sums; the Xeon's AMX units), from BF16_MIN_VALUES inputs: 192x845 by 845x128 in
+    ~130 against ~313 us, the sampler 1.087x faster on battle_v4. The bias and the layers after it
+    stay float32."""
+
+    BF16_MIN_VALUES = 4096  # below it torch's call costs more than the product saves (4x11: 25 against 2 us)
 
     def __init__(self, actor: NumpyMLP, critic: NumpyMLP):
         (wa, ba), (wc, bc) = actor.ops[0], critic.ops[0]
@@ -224,6 +232,7 @@ class FusedFirstLayer:
         self.w = np.ascontiguousarray(np.concatenate([wa, wc], axis=1))
         self.b = np.concatenate([ba, bc])
         self.split = wa.shape[1]
+        self._w_bf16: torch.Tensor | None = None  # made on first use
 
     @staticmethod
     def fits(actor: NumpyMLP, critic: NumpyMLP) -> bool:
@@ -232,9 +241,14 @@ class FusedFirstLayer:
         return (not actor.image and not critic.image and len(a) == 2 and len(c) == 2
                 and a[0].shape[0] == c[0].shape[0])
 
-    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, x: np.ndarray, bf16: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(the actor's output, the critic's ``[B, 1]``)."""
-        h = x @ self.w
+        if bf16 and x.size >= self.BF16_MIN_VALUES and x.dtype == np.float32 and x.flags.writeable:
+            if self._w_bf16 is None:
+                self._w_bf16 = torch.from_numpy(self.w).to(torch.bfloat16)
+            h = (torch.from_numpy(x).to(torch.bfloat16) @ self._w_bf16).float().numpy()
+        else:
+            h = x @ self.w
         h += self.b
         return self.actor(h[:, :self.split], start=1), self.critic(h[:, self.split:], start=1)
 
@@ -559,6 +573,10 @@ class ActionHead:
 class ActorCritic(nn.Module):
     """``obs [B, obs_dim]`` -> action distribution and value ``[B]``."""
 
+    # The arithmetic of the act's first layer where it runs fused (FusedFirstLayer): a worker sets
+    # 'bf16' when its layer's learner computes at that precision, so the two round alike.
+    act_precision = "fp32"
+
     def __init__(self, obs_dim: int, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
                  activation: str = "tanh", init_log_std: float = 0.0, critic_dim: int | None = None,
                  encoder: dict | None = None):
@@ -621,7 +639,7 @@ class ActorCritic(nn.Module):
             return self._act_torch(_tensor(obs), deterministic, _tensor(masks), _tensor(critic_obs), with_value)
         fused = self._fused(fast) if with_value and not self.central else None
         if fused is not None:
-            out, v = fused(x)
+            out, v = fused(x, bf16=self.act_precision == "bf16")
         else:
             out, v = fast(x), None
         rng = self._rng

@@ -24,7 +24,11 @@ from hdppo.platform.config import validate  # noqa: E402
 def test_benchmark_configs_validate():
     """Every config the benchmarks train validates against this tree's schema."""
     for name, task in multiagent.TASKS.items():
-        validate(multiagent.hdppo_task_config(name, task, multiagent.settings_for(task, quick=False), 10_000))
+        s = multiagent.settings_for(task, quick=False)
+        validate(multiagent.hdppo_task_config(name, task, s, 10_000))
+        # The sampling rows take the training runs' --hdppo-set too (bf16 learners act in bf16).
+        sampled = validate(multiagent.sampling_config(task, s, overrides=["layers.0.learner.precision=bf16"]))
+        assert sampled.layers[0].learner.precision == "bf16" and sampled.ray.backend == "local"
     for mode in throughput.MODES:
         validate(throughput.hdppo_config_dict("Hopper-v5", mode, 8000))
     for h in throughput.HIERARCHIES:

@@ -60,15 +60,24 @@ def test_agents_that_die_in_kaz_close_their_lanes_and_the_copy_goes_on():
     assert not (buf.open_row[~sampler.now.alive] >= 0).any()  # no open transition for a dead agent
 
 
-def test_magent2_battle_trains_by_config_alone(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_magent2_battle_trains_by_config_alone(tmp_path, precision):
+    """Also at learner.precision bf16, where the workers act with a bfloat16 first layer (wide rows)."""
     pytest.importorskip("magent2")
     env = {"type": "pettingzoo", "id": "magent2.environments.battle_v4", "kwargs": {"map_size": 20, "max_cycles": 40}}
     cfg = validate(tiny_config(env=env, layers=[layer(dppo={"num_workers": 1, "num_envs_per_worker": 2,
-                                                            "train_batch_size": 960})],
+                                                            "train_batch_size": 960},
+                                                      learner={"precision": precision})],
                                train={"total_env_steps": 160, "checkpoint_every": 100, "eval_episodes": 1}))
     w = RolloutWorker(cfg, ["control"], 0, 1, ParameterService())
+    assert w.policies["control"].act_precision == precision
     r = w.sample()["control"]
     assert r.batch.obs.shape[1] == 13 * 13 * 5 and len(r.batch) >= 960
+    # The act's log-probs are the learner's (at its precision) up to bfloat16's rounding.
+    from hdppo.policies.networks import precision_context
+    with torch.no_grad(), precision_context(precision, "cpu"):
+        ref, _ = w.policies["control"].log_prob_entropy(torch.from_numpy(r.batch.obs), torch.from_numpy(r.batch.actions))
+    np.testing.assert_allclose(r.batch.logp, ref.float().numpy(), atol=0.05 if precision == "bf16" else 1e-4)
     summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
     assert summary["updates"] >= 1 and np.isfinite(summary["eval_return_mean"])
 

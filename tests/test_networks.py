@@ -285,6 +285,36 @@ def test_values_at_act_come_from_one_product_with_the_actor(hidden, space):
     assert "_fused_first" not in central.__dict__
 
 
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_fused_first_layer_rounds_as_the_learner_does(precision):
+    """A worker whose learner computes in bfloat16 acts with its first layer in bfloat16 too
+    (inputs and weights rounded, as under the learner's autocast), the rest in float32; at float32
+    the act is float32 throughout. Checked against torch computing each way, on battle_v4's width."""
+    torch.manual_seed(4)
+    net = ActorCritic(845, gym.spaces.Discrete(21), hidden=[64, 64])
+    net.act_precision = precision
+    obs = np.random.default_rng(2).random((192, 845), dtype=np.float32)
+    a, logp, v = net.act(obs, deterministic=True)
+    x = torch.from_numpy(obs)
+
+    def through(seq, rounded):
+        first = seq[0]
+        h = ((x.bfloat16() @ first.weight.T.bfloat16()).float() if rounded else x @ first.weight.T) + first.bias
+        return seq[1:](h)
+
+    with torch.no_grad():
+        for rounded in (False, True):
+            logits, value = through(net.actor, rounded), through(net.critic, rounded)[:, 0]
+            log_probs = torch.log_softmax(logits, -1)
+            if rounded == (precision == "bf16"):  # the act's own arithmetic: equal up to float32 sums
+                np.testing.assert_allclose(v, value.numpy(), rtol=1e-4, atol=1e-5)
+                np.testing.assert_array_equal(a[:, 0], log_probs.argmax(-1).numpy())
+                np.testing.assert_allclose(logp, log_probs.max(-1).values.numpy(), atol=1e-5)
+            else:  # the other one's: visibly apart (bfloat16 keeps 8 bits of mantissa)
+                assert np.abs(v - value.numpy()).max() > 1e-4
+
+
 def test_large_images_and_padded_convs_stay_in_torch():
     enc = {"kind": "cnn", "chw": (3, 84, 84), "channels_last": False, "channels": [8], "features": 16}
     net = ActorCritic(3 * 84 * 84, gym.spaces.Discrete(3), hidden=[], activation="relu", encoder=enc)
