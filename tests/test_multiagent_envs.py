@@ -27,7 +27,7 @@ def layer(**over):
             "dppo": {"num_workers": 1, "num_envs_per_worker": 2, "train_batch_size": 256}} | over
 
 
-def seeded_sampler(env=KAZ, wrap=lambda venv: venv):
+def seeded_sampler(env=KAZ, wrap=lambda venv: venv, deterministic=False):
     """A sampler over two copies of ``env`` (KAZ: agents die), its policy seeded: two calls sample alike."""
     cfg = validate(tiny_config(env=env, layers=[layer()]))
     venv, first, specs = probe_env(cfg, 0, 2)
@@ -35,7 +35,7 @@ def seeded_sampler(env=KAZ, wrap=lambda venv: venv):
     pol = {s.name: ActorCritic(s.obs_dim, s.action_space) for s in specs}
     norms = {s.name: ObservationNormalizer((s.obs_dim,)) for s in specs}
     tracks = {"control": Track(0.99, 0.95, True, RewardScaler(0, 0.99))}
-    return Sampler(specs, wrap(venv), pol, norms, tracks, first=first)
+    return Sampler(specs, wrap(venv), pol, norms, tracks, first=first, deterministic=deterministic)
 
 
 def test_agents_that_die_in_kaz_close_their_lanes_and_the_copy_goes_on():
@@ -207,3 +207,46 @@ def test_harvested_rows_reuse_an_array_only_once_nothing_holds_it(monkeypatch):
     assert h3.__array_interface__["data"][0] == where0, "the dropped batch's array was not reused"
     np.testing.assert_array_equal(h3, plain[3])
     np.testing.assert_array_equal(h1, plain[1])
+
+
+def test_acting_on_every_row_when_nearly_every_lane_is_due_changes_no_sample(monkeypatch):
+    """Where most lanes but not all are due (agents dead in some copies), a wide layer acts on
+    every row and keeps the due ones' results, its inputs normalised straight into the buffer and
+    the statistics taken over the due rows: the batches must be the gathered path's, and that
+    path must have been taken. Greedy actions, so that both paths draw alike; KAZ's greedy agents
+    do not die, so every third step one lane sits out (as in a turn-based env)."""
+    import hdppo.hierarchies.engine as engine
+
+    monkeypatch.setattr(engine, "DENSE_ACT_MIN_WIDTH", 0)  # KAZ's rows are narrow
+    monkeypatch.setattr(engine, "VALUES_AT_ACT_MIN_WIDTH", 0)  # and values at the act, fused, as on battle_v4
+    shares = []
+    due = engine.Sampler._due
+
+    def some_out(self, *a):
+        d = due(self, *a).copy()
+        if self.t % 3 == 0:
+            d[0, 1] = False
+        shares.append(float(d.mean()))
+        return d
+    monkeypatch.setattr(engine.Sampler, "_due", some_out)
+    runs = []
+    for share in (1.1, engine.DENSE_ACT_SHARE):  # never, then the default
+        monkeypatch.setattr(engine, "DENSE_ACT_SHARE", share)
+        shares.clear()
+        s = seeded_sampler(deterministic=True)
+        got = []
+        for _ in range(2):
+            for _ in range(150):
+                s.step()
+            got.append(s.harvest()["control"].batch)
+        runs.append((got, s.obs_norms["control"].current))
+    assert sum(engine.DENSE_ACT_SHARE <= x < 1.0 for x in shares) > 20, "no step had most lanes but not all due"
+    (gathered, g_stats), (dense, d_stats) = runs
+    for a, b in zip(gathered, dense):
+        assert len(a) == len(b) > 100
+        np.testing.assert_array_equal(b.actions, a.actions)
+        for f in ("obs", "logp", "values", "advantages"):
+            np.testing.assert_allclose(getattr(b, f), getattr(a, f), rtol=1e-4, atol=1e-5, err_msg=f)
+    assert d_stats.count == g_stats.count  # the undecided rows were not counted
+    np.testing.assert_allclose(d_stats.mean, g_stats.mean, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(d_stats.var, g_stats.var, rtol=1e-4, atol=1e-7)
