@@ -497,7 +497,8 @@ class Sampler:
                 # and scattering them into the buffer (two passes over wide rows cost more than acting
                 # on a few rows more). The observation statistics still count the due rows only.
                 dense = (not every and buf is not None and p.name not in self.hidden and self.bonus is None
-                         and x.shape[-1] >= DENSE_ACT_MIN_WIDTH and float(due.mean()) >= DENSE_ACT_SHARE)
+                         and x.shape[-1] >= DENSE_ACT_MIN_WIDTH and float(due.mean()) >= DENSE_ACT_SHARE
+                         and buf.obs[t].flags.c_contiguous)  # its rows are written in place (into), never scattered
                 whole = every or dense
                 raw = x.reshape(-1, x.shape[-1]) if whole else x[due]
                 pick = due.reshape(-1) if dense else None
