@@ -19,9 +19,10 @@ and ``action_space(agent)`` (the per-agent spaces), and implement ``reset(seed) 
 and ``step(actions) -> VecStep``. ``actions`` is ``[N, A, *action_shape]`` in the env's own
 format (int64 for Discrete); entries of slots that do not act are to be ignored. A copy whose
 episode ends resets inside the same ``step``: its row of ``obs`` is the reset observation,
-``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did. The arrays of a ``VecObs``/``VecStep`` need to stay valid
-only until the next ``step`` or ``reset``: the sampler copies what it keeps, so an env may write
-every step into the same buffers (``magent_vector`` does). Point
+``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did. The
+arrays of a ``VecObs``/``VecStep`` need to stay valid only until the next ``step`` or ``reset``:
+the sampler copies what it keeps, so an env may write every step into the same buffers
+(``magent_vector`` does). Point
 ``env.type: vector`` and ``env.entry_point`` at a factory ``make(num_envs, seed, **kwargs)``.
 An env whose task an upper layer changes (swarm's goal assignment) also defines
 ``apply_command(layer, copies, lanes, actions)``, which a layer with ``action.to_env: true``
