@@ -184,15 +184,13 @@ class _Buffers:
             return src[sel]
         idx = np.flatnonzero(sel)
         pool = self.reuse.setdefault(field, [])
-        dest = None
-        for i in range(len(pool)):
-            # 2: the list's reference and getrefcount's argument: nothing else holds it
-            if sys.getrefcount(pool[i]) == 2 and pool[i].shape[0] >= len(idx):
-                dest = pool[i]
-                break
-        if dest is None:
+        # 2: the list's reference and getrefcount's argument: nothing else holds it
+        free = [i for i in range(len(pool)) if sys.getrefcount(pool[i]) == 2]
+        fit = next((i for i in free if pool[i].shape[0] >= len(idx)), None)
+        if fit is not None:
+            dest = pool[fit]
+        else:
             dest = np.empty((self.cap * self.N * self.L, dim), src.dtype)
-            free = [i for i in range(len(pool)) if sys.getrefcount(pool[i]) == 2]
             if free:  # a free one too small (the buffers grew): replace it
                 pool[free[0]] = dest
             elif len(pool) < GATHER_REUSE_KEEP:

@@ -698,6 +698,7 @@ class ActorCritic(nn.Module):
         state = self.__dict__.copy()  # the numpy views and generator are rebuilt on first use
         state.pop("_fast_actor", None)
         state.pop("_fast_critic", None)
+        state.pop("_fused_first", None)  # numpy copies of the weights: rebuilt on first use
         state.pop("_rng", None)
         state.pop("_box_cache", None)
         state.pop("_mlp_layers", None)  # mlp_gradients' view of the layers: rebuilt on first use
