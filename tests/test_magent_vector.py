@@ -50,7 +50,13 @@ def _counted(env):
                                         ("battle_v4", {"map_size": 15, "max_cycles": 30, "extra_features": True}),
                                         ("combined_arms_v6", {"map_size": 16, "max_cycles": 30})],
                          ids=["battle", "extra_features", "combined_arms"])
-def test_native_steps_agree_with_the_pettingzoo_path(env, kwargs):
+def test_native_steps_agree_with_the_pettingzoo_path(env, kwargs, monkeypatch):
+    from hdppo.envs.builtin import magent_vector
+
+    direct = []  # teams whose views the engine wrote straight into the observation rows
+    into = magent_vector._Engine.views_into_slots
+    monkeypatch.setattr(magent_vector._Engine, "views_into_slots",
+                        lambda self, t, first: (direct.append(first), into(self, t, first))[1])
     native, dicts, a, b = _pair(env, kwargs)
     assert native.agents == dicts.agents and native.obs_dim == dicts.obs_dim
     np.testing.assert_array_equal(a.obs, b.obs)
@@ -71,6 +77,11 @@ def test_native_steps_agree_with_the_pettingzoo_path(env, kwargs):
         deaths += int(x.terminated.sum())
         ends += int(x.episode_end.sum())
     assert deaths > 0 and ends >= 2  # the test saw units die (or a game won) and copies reset
+    if not kwargs.get("extra_features"):
+        # Views written in place, from the teams' first slots and, after deaths, from later ones.
+        assert len(direct) > 100 and len(set(direct)) > 2, sorted(set(direct))
+    else:  # views with features appended always go through the buffer
+        assert not direct
 
 
 @pytest.mark.parametrize("policy", ["hdppo.envs.builtin.magent:attack_nearest", "random"])
