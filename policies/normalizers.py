@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 
 @dataclass
@@ -177,28 +176,6 @@ def stale(pending: int, folded: float) -> bool:
 # +1.6 us a call).
 CLIP_UFUNC_MIN = 4096
 
-# From this many float32 values the subtract and divide of a normalisation run through torch:
-# numpy's broadcast loops (a [B, D] batch against a [D] mean) take each row as its own inner
-# loop, torch's do not (192 MAgent2 views of 845 values into the rollout buffer: 88 against
-# 197 us); below it torch's call overhead costs more. The same IEEE operations, so the same values.
-TORCH_STANDARDISE_MIN = 16384
-
-
-def standardise(x: np.ndarray, mean: np.ndarray, std: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``(x - mean) / std`` written into ``out`` when given (without clipping), as numpy computes
-    it; a large writable float32 batch goes through torch (see ``TORCH_STANDARDISE_MIN``)."""
-    if (isinstance(x, np.ndarray) and x.dtype == np.float32 and x.size >= TORCH_STANDARDISE_MIN
-            and x.flags.writeable and mean.dtype == np.float32 and std.dtype == np.float32
-            and min(x.strides, default=0) >= 0
-            and (out is None or (out.dtype == np.float32 and out.shape == x.shape and min(out.strides, default=0) >= 0))):
-        res = np.empty(x.shape, np.float32) if out is None else out
-        t = torch.from_numpy(res)
-        torch.sub(torch.from_numpy(x), torch.from_numpy(mean), out=t).div_(torch.from_numpy(std))
-        return res
-    res = np.subtract(x, mean, out=out)
-    res /= std  # in place: one temporary at most (the same values as (x - mean) / std)
-    return res
-
 
 class ObservationNormalizer:
     """Normalises with (published pool statistics + this worker's unsent delta), clipped.
@@ -291,7 +268,9 @@ class ObservationNormalizer:
             return out
         if self._std is None or stale(self._unused, self._counted):
             self._refresh()
-        return self._clipped(standardise(obs, self._mean, self._std, out))
+        res = np.subtract(obs, self._mean, out=out)
+        res /= self._std  # in place: one temporary at most (the same values as (obs - mean) / std)
+        return self._clipped(res)
 
     def _clipped(self, res: np.ndarray) -> np.ndarray:
         """``res`` clipped to +-clip in place, as float32."""
@@ -315,7 +294,8 @@ class ObservationNormalizer:
             self.observe(obs if rows is None else x[rows])
             return self(obs, out)
         self._add_stash()  # keep the samples' order
-        res = standardise(x, self._mean, self._std, out)
+        res = np.subtract(x, self._mean, out=out)
+        res /= self._std
         self._pending.add_scaled(res, self._mean, self._std, None if rows is None else res[~rows])
         self._unused += x.shape[0] if rows is None else int(np.count_nonzero(rows))
         return self._clipped(res)

@@ -254,32 +254,3 @@ def test_observe_and_normalise_gives_observe_then_normalise(monkeypatch):
         assert stats.count == len(rows)
         np.testing.assert_allclose(stats.mean, rows.mean(0), rtol=1e-9)
         np.testing.assert_allclose(stats.var, rows.var(0), rtol=1e-4)
-
-
-def test_standardise_through_torch_gives_numpys_values(monkeypatch):
-    """Large float32 batches are normalised by torch (numpy's broadcast loops are 2x slower
-    there); the values must be numpy's ``(x - mean) / std`` bit for bit, into a strided ``out``
-    too, and a read-only or float64 batch must take numpy's path with the same result."""
-    import torch
-
-    from hdppo.policies import normalizers
-
-    calls = []
-    monkeypatch.setattr(normalizers.torch, "sub", lambda *a, _f=torch.sub, **k: (calls.append(1), _f(*a, **k))[1])
-    rng = np.random.default_rng(7)
-    x = (rng.standard_normal((192, 845)) * 3 + 7).astype(np.float32)
-    mean = rng.standard_normal(845).astype(np.float32)
-    std = (rng.random(845) + 0.1).astype(np.float32)
-    ref = np.subtract(x, mean) / std
-    np.testing.assert_array_equal(normalizers.standardise(x, mean, std), ref)
-    buf = np.full((192, 2, 845), np.nan, np.float32)
-    got = normalizers.standardise(x, mean, std, out=buf[:, 1])
-    assert got.base is buf or got is buf[:, 1] or np.shares_memory(got, buf)
-    np.testing.assert_array_equal(buf[:, 1], ref)
-    assert np.isnan(buf[:, 0]).all()
-    assert len(calls) == 2, "the large float32 batches did not go through torch"
-    frozen = x.copy()
-    frozen.flags.writeable = False
-    np.testing.assert_array_equal(normalizers.standardise(frozen, mean, std), ref)
-    np.testing.assert_array_equal(normalizers.standardise(x[:4], mean, std), ref[:4])  # small: numpy
-    assert len(calls) == 2
