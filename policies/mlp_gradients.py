@@ -70,17 +70,13 @@ def forward(layers: list, x: torch.Tensor, bf16: bool = False) -> tuple[torch.Te
     return x, inputs
 
 
-def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor, down_to: int = 0) -> list[torch.Tensor]:
+def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
     """``[dW, db, ...]`` (float32) in the layers' order, given ``g`` = d loss / d output; no
     gradient with respect to the MLP's input is formed. A layer whose input :func:`forward`
-    stored in bfloat16 takes its two matmuls in bfloat16 too. ``down_to`` 1: the layers from the
-    second on, then d loss / d the first layer's pre-activation last in the list (float32)."""
+    stored in bfloat16 takes its two matmuls in bfloat16 too."""
     grads: list[torch.Tensor] = []
     for k in range(len(layers) - 1, -1, -1):
         w, _, _ = layers[k]
-        if k < down_to:
-            grads.reverse()
-            return grads + [g]
         x = inputs[k]
         low = x.dtype == torch.bfloat16
         g_in = g.to(torch.bfloat16) if low else g
@@ -96,52 +92,6 @@ def backward(layers: list, inputs: list[torch.Tensor], g: torch.Tensor, down_to:
             g = g * (a > 0)
     grads.reverse()
     return grads
-
-
-def fusable(actor: list, critic: list) -> bool:
-    """Whether an actor and a critic on the same input can take their first layers as one
-    product (:func:`forward_pair`): each has a layer after its first, so that the first is a
-    hidden layer (bfloat16 under ``bf16`` in both or in neither)."""
-    return len(actor) > 1 and len(critic) > 1 and actor[0][0].shape[1] == critic[0][0].shape[1]
-
-
-def forward_pair(actor: list, critic: list, x: torch.Tensor, bf16: bool = False) -> tuple:
-    """:func:`forward` of an actor and a critic on the same ``x`` (:func:`fusable`), their first
-    layers as one product by the side-by-side weights: ``(actor output, actor inputs, critic
-    output, critic inputs)``, both input lists starting with the same ``x``. On battle_v4's
-    845-input update (512 rows, 64 units each) one 128-column product in bfloat16 took ~150
-    against ~220 us for two of 64, and :func:`backward_pair` gains as much."""
-    (wa, ba, act_a), (wc, bc, act_c) = actor[0], critic[0]
-    w, b = torch.cat([wa, wc]), torch.cat([ba, bc])
-    if bf16:
-        x = x.to(torch.bfloat16)
-        z = torch.addmm(b.to(torch.bfloat16), x, w.to(torch.bfloat16).t()).float()
-    else:
-        x = x.float()
-        z = torch.addmm(b, x, w.t())
-    split = wa.shape[0]
-    outs = []
-    for h, act, layers in ((z[:, :split], act_a, actor), (z[:, split:], act_c, critic)):
-        if act == "tanh":
-            h = torch.tanh(h)
-        elif act == "relu":
-            h = torch.relu(h)
-        out, rest = forward(layers[1:], h.to(torch.bfloat16) if bf16 else h, bf16)
-        outs += [out, [x, *rest]]
-    return tuple(outs)
-
-
-def backward_pair(actor: list, a_in: list, g_actor: torch.Tensor, critic: list, c_in: list,
-                  g_critic: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """:func:`backward` of both networks of :func:`forward_pair`, the first layers' weight
-    gradients as one product: ``(actor [dW, db, ...], critic [dW, db, ...])``."""
-    ga, gc = backward(actor, a_in, g_actor, down_to=1), backward(critic, c_in, g_critic, down_to=1)
-    g = torch.cat([ga.pop(), gc.pop()], 1)  # d loss / d both first layers' pre-activations [B, units]
-    x = a_in[0]
-    dw = (g.to(torch.bfloat16) if x.dtype == torch.bfloat16 else g).t().mm(x).float()
-    db = g.sum(0)
-    split = actor[0][0].shape[0]
-    return [dw[:split], db[:split], *ga], [dw[split:], db[split:], *gc]
 
 
 def supported(policy: Any, *, chunks: Any = None, teacher_coeff: float = 0.0, has_teacher: bool = False,
@@ -182,13 +132,8 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
     # Per-sample factors of the means: mean(w * x) has d/dx_i = w_i / B.
     scale = torch.full_like(adv, 1.0 / B) if weight is None else weight / B
 
-    # A critic on the actor's input: both first layers as one product (forward_pair).
-    pair = not policy.central and fusable(actor_layers, critic_layers)
     with torch.no_grad():
-        if pair:
-            out, a_in, value, c_in = forward_pair(actor_layers, critic_layers, mb.obs, bf16)
-        else:
-            out, a_in = forward(actor_layers, mb.obs, bf16)
+        out, a_in = forward(actor_layers, mb.obs, bf16)
         head = policy.head
         if head.kind == "box":
             log_std = policy.log_std
@@ -215,8 +160,7 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
                 norms.append(norm)
                 probs.append(p)
                 logp, entropy = (lp, ent) if logp is None else (logp + lp, entropy + ent)
-        if not pair:
-            value, c_in = forward(critic_layers, mb.critic_obs if policy.central else mb.obs, bf16)
+        value, c_in = forward(critic_layers, mb.critic_obs if policy.central else mb.obs, bf16)
         value = value.squeeze(-1)
 
         # Policy term: -mean(w * isw * min(r A, clip(r) A)); d/d logp = -w isw A r [the unclipped branch chosen] / B.
@@ -261,11 +205,8 @@ def ppo_gradients(policy: ActorCritic, mb, adv_mean: float, adv_std: float, para
             g_out = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
             if legal is not None:  # torch.where passes no gradient to a masked logit
                 g_out = g_out * legal
-        if pair:
-            actor_grads, critic_grads = backward_pair(actor_layers, a_in, g_out, critic_layers, c_in, g_value[:, None])
-        else:
-            actor_grads = backward(actor_layers, a_in, g_out)
-            critic_grads = backward(critic_layers, c_in, g_value[:, None])
+        actor_grads = backward(actor_layers, a_in, g_out)
+        critic_grads = backward(critic_layers, c_in, g_value[:, None])
 
     by_id = {}
     for layers, layer_grads in ((actor_layers, actor_grads), (critic_layers, critic_grads)):

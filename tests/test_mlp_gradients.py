@@ -195,30 +195,3 @@ def test_a_pickled_policy_rebuilds_its_layers_view():
     _, g_copy = mlp_gradients.ppo_gradients(copy, tb, 0.0, 1.0, copy_params, **loss)
     for a, b in zip(g, g_copy):
         torch.testing.assert_close(a, b)
-
-
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_actor_and_critic_first_layers_as_one_product(precision, monkeypatch):
-    """A critic on the actor's input takes both first layers as one product (forward_pair,
-    backward_pair); the gradient and terms must be those of the two networks taken apart, and
-    a central critic or a network with no hidden layer must keep them apart."""
-    pairs = []
-    real = mlp_gradients.forward_pair
-    monkeypatch.setattr(mlp_gradients, "forward_pair", lambda *a: (pairs.append(1), real(*a))[1])
-    loss = dict(LOSS, value_clip=0.2, normalize=True)
-    for name, fused in (("discrete", True), ("multidiscrete_masked_weighted", True), ("box_decoupled_relu", True),
-                        ("one_hidden_box", True), ("central_critic_weighted", False), ("linear_discrete", False)):
-        space, obs_dim, kw = CASES[name]
-        net, tb = _case(space, obs_dim, n=256, **kw)
-        params = list(net.parameters())
-        del pairs[:]
-        terms, grads = mlp_gradients.ppo_gradients(net, tb, 0.1, 1.3, params, precision=precision, **loss)
-        assert pairs == ([1] if fused else []), name
-        with monkeypatch.context() as m:
-            m.setattr(mlp_gradients, "fusable", lambda *a: False)
-            ref_terms, ref = mlp_gradients.ppo_gradients(net, tb, 0.1, 1.3, params, precision=precision, **loss)
-        for p, a, b in zip(params, ref, grads):
-            assert b.shape == p.shape
-            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
-        for t in TERMS:
-            torch.testing.assert_close(getattr(terms, t), getattr(ref_terms, t), rtol=1e-5, atol=1e-6, msg=t)
