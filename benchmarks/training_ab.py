@@ -10,7 +10,10 @@ same definition as ``throughput.py`` and ``multiagent.py``), with the mean and t
 
 Usage:
     python benchmarks/training_ab.py --base 40b13a6 configs/minatar_breakout.yaml --steps 100000 \\
-        --set layers.0.dppo.sync=soft [--set ...] [--rounds 3] [--out training_ab]
+        --set layers.0.dppo.sync=soft [--set ...] [--new-set ...] [--rounds 3] [--out training_ab]
+
+``--new-set`` overrides this tree's runs only: with ``--base HEAD``, an A/B of a setting the base
+does not know (``--new-set ray.cpu_affinity=true``).
 
 Writes benchmarks/results/training_ab.{json,md} (``--out`` for another stem).
 """
@@ -46,7 +49,8 @@ def render(report: dict) -> str:
     lines = [f"# Training throughput: this tree against `{report['base']}`", "", machine_line(report["machine"]), "",
              f"Command: `{report['command']}`", "",
              f"`hdppo train {report['config']}` for {report['steps']:,} env steps, "
-             f"{' '.join('`--set ' + o + '`' for o in report['overrides']) or 'no overrides'}; each run in its own "
+             f"{' '.join('`--set ' + o + '`' for o in report['overrides']) or 'no overrides'}"
+             f"{''.join(', this tree also `--set ' + o + '`' for o in report.get('new_overrides', []))}; each run in its own "
              f"process with its own embedded Ray, the base and this tree alternated, {report['rounds']} rounds. "
              f"Whole-iteration env steps/s after {report['warmup']} updates; `perf/update_s` mean and largest.", "",
              "| round | base env steps/s | this tree | this / base | base update s (mean, max) | this tree |",
@@ -67,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", required=True, help="the older commit")
     ap.add_argument("--steps", type=int, default=100_000, help="train.total_env_steps of each run")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--new-set", dest="new_overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override for this tree's runs only (a setting the base lacks)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=5, help="updates left out of the rate")
     ap.add_argument("--out", default="training_ab")
@@ -75,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     config.setdefault("train", {}).update(total_env_steps=args.steps, eval_episodes=0)
     report = {"machine": machine_info(), "command": command_line(argv), "base": args.base,
               "config": str(args.config), "steps": args.steps, "overrides": args.overrides,
+              "new_overrides": args.new_overrides,
               "rounds": args.rounds, "warmup": args.warmup, "old": [], "new": []}
     with old_tree(args.base) as root, tempfile.TemporaryDirectory(prefix="hdppo_training_ab_") as tmp:
         for r in range(args.rounds):
             for tag, import_root in (("old", root), ("new", None)):
-                out = one_run(config, Path(tmp) / f"{tag}{r}" / "run", import_root, args.overrides, args.warmup)
+                overrides = args.overrides + (args.new_overrides if tag == "new" else [])
+                out = one_run(config, Path(tmp) / f"{tag}{r}" / "run", import_root, overrides, args.warmup)
                 report[tag].append(out)
                 print(f"[training_ab] round {r + 1} {tag}: {out['env_steps_per_s']:,.0f} env steps/s, update "
                       f"{out['update_s_mean']:.3f} s (max {out['update_s_max']:.3f})", flush=True)

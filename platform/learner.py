@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from . import affinity
 from . import metrics as M
 from .backend import call_service, concurrency_group, deref, make_backend
 from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of, no_ids
@@ -50,6 +51,8 @@ class Learner:
                  service: Any, backend_name: str = "local", critic_dim: int | None = None,
                  env_step_budget: int | None = None, num_threads: int = 1, device: str = "cpu",
                  encoder: dict | None = None):
+        if backend_name == "ray":  # ray.cpu_affinity: first, so that every thread started below inherits the core
+            affinity.apply(cfg, "learner", [cfg.layers[layer].name if isinstance(layer, int) else layer])
         self.threads = thread_count(num_threads)
         use_threads(self.threads)
         torch.manual_seed(cfg.train.seed)

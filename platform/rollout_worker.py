@@ -21,6 +21,7 @@ import torch
 from ..envs.loading import WORKER_INDEX_VAR
 from ..hierarchies.engine import Sampler, Track
 from ..hierarchies.spec import probe_env
+from . import affinity
 from .backend import call_service, deref
 from .batch import Batch, Rollout, RolloutStats
 from .config import Config, worker_quota
@@ -42,6 +43,7 @@ from ..policies.schedules import linear
 class RolloutWorker:
     def __init__(self, cfg: Config, layers: list[str], worker_index: int, num_workers: int, service: Any,
                  uid: int | None = None):
+        affinity.apply(cfg, "worker", layers, worker_index)  # ray.cpu_affinity (a Ray actor only)
         use_threads(1)  # many workers share a machine; one thread each avoids oversubscription
         limit_blas_threads(1)  # and numpy's products too (its BLAS threads spin beside the learner)
         # Envs may read which worker made them (e.g. to vary conditions per worker). A Ray actor

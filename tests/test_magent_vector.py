@@ -147,3 +147,18 @@ def test_state_and_a_training_config(tmp_path):
 def test_an_unknown_env_is_a_clear_error():
     with pytest.raises(EnvError, match="battle_v4"):
         MAgentVector(1, None, env="no_such_env_v0")
+
+
+def test_the_battle_preset_trains_a_few_updates(tmp_path):
+    """configs/battle.yaml (self-play through the engine's arrays, pipelined, bf16 learner) at a
+    small batch: it trains, and every unit of both teams is a learner of the one layer."""
+    from hdppo.platform.config import load_config
+    from hdppo.platform.trainer import Trainer
+
+    cfg = load_config("battle", ["ray.backend=local", "train.total_env_steps=200", "train.eval_episodes=0",
+                                 "train.checkpoint_every=100", "env.kwargs.map_size=12", "env.kwargs.max_cycles=20",
+                                 "layers.0.dppo.train_batch_size=480", "layers.0.dppo.num_envs_per_worker=2",
+                                 "layers.0.dppo.num_workers=1", "layers.0.ppo.minibatch_size=240"])
+    assert cfg.layers[0].dppo.pipeline and cfg.learner_of("control").precision == "bf16"
+    summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
+    assert summary["updates"] >= 2 and summary["env_steps"] >= 200
