@@ -22,7 +22,6 @@ command: then it closes now, bootstrapped from V(next observation), as a flat PP
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -35,6 +34,7 @@ from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve, reward_field
 from .spec import LayerSpec
+from ..platform.array_pool import ArrayPool, reusable
 from ..platform.batch import ID_COLUMNS, Batch
 from ..policies.gae import decision_gae
 from ..policies.networks import ActorCritic
@@ -51,13 +51,6 @@ VALUES_AT_ACT_MIN_WIDTH = 256
 # rather than gathering the decided ones: a gathered row is a copy of its observation, and where
 # rows are wide (845 values) the copy costs about two thirds of the row's critic pass.
 DENSE_VALUE_SHARE = 0.8
-
-# A harvested field at least this large (bytes of its rows) is gathered into an array reused from
-# rollout to rollout (see _Buffers.gather) rather than into a new one: writing a fresh array of
-# tens of MB page-faults every 4 KB of it (battle_v4's 12k observation rows of 845 values:
-# ~13 ms a harvest against ~3 ms into memory already touched, measured on the 2-core VM).
-GATHER_REUSE_MIN_BYTES = 1 << 20
-GATHER_REUSE_KEEP = 2  # arrays kept per field: one a consumer still holds, one to write into
 
 # A recorded layer whose inputs are at least this wide, with at least this share of its lanes due
 # but not all, acts on every row (see Sampler.step): on battle_v4, where 57% of steps have an agent
@@ -167,36 +160,22 @@ class _Buffers:
         self.boot_hidden: list[np.ndarray | None] = []  # a recurrent policy's hidden at each bootstrap view
         self.value_from = 1   # rows before this have their values
         self.values_at_act = False  # the critic runs beside the actor, not at flush_values (see VALUES_AT_ACT_MIN_WIDTH)
-        self.reuse: dict[str, list[np.ndarray]] = {}  # per field: harvest destinations (see gather)
+        self.reuse = ArrayPool()  # per field: harvest destinations (see gather)
 
     def gather(self, field: str, T: int, sel: np.ndarray) -> np.ndarray:
         """``getattr(self, field)[:T][sel]``: the rows ``sel [T, N, L]`` of a field, in the order a
-        boolean index takes them, as ``[k, dim]``.
-
-        A wide field goes into the leading rows of an array kept from an earlier harvest that
-        nothing outside holds any more (its reference count is the pool's alone: a batch handed to
-        a learner in this process, or being serialised by Ray, holds a view of it, which keeps a
-        reference to it), else into a new one kept for next time. Reusing touched memory saves
-        the page faults of a new array (see GATHER_REUSE_MIN_BYTES)."""
+        boolean index takes them, as ``[k, dim]``. A wide field goes into an array of :attr:`reuse`
+        (``platform.array_pool``: kept from an earlier harvest once nothing outside holds it, a
+        batch handed to a learner in this process or being serialised by Ray holding a view of it),
+        which saves the page faults of a new one."""
         src = getattr(self, field)[:T]
         dim = src.shape[-1]
-        if dim == 0 or src.nbytes < GATHER_REUSE_MIN_BYTES:
+        if dim == 0 or not reusable(src.nbytes):
             return src[sel]
         idx = np.flatnonzero(sel)
-        pool = self.reuse.setdefault(field, [])
-        # 2: the list's reference and getrefcount's argument: nothing else holds it
-        free = [i for i in range(len(pool)) if sys.getrefcount(pool[i]) == 2]
-        fit = next((i for i in free if pool[i].shape[0] >= len(idx)), None)
-        if fit is not None:
-            dest = pool[fit]
-        else:
-            dest = np.empty((self.cap * self.N * self.L, dim), src.dtype)
-            if free:  # a free one too small (the buffers grew): replace it
-                pool[free[0]] = dest
-            elif len(pool) < GATHER_REUSE_KEEP:
-                pool.append(dest)
+        dest = self.reuse.take(field, len(idx), (dim,), src.dtype, capacity=self.cap * self.N * self.L)
         # mode="clip": with the default ("raise") numpy writes into a buffer and copies it to out
-        return np.take(src.reshape(-1, dim), idx, axis=0, out=dest[:len(idx)], mode="clip")
+        return np.take(src.reshape(-1, dim), idx, axis=0, out=dest, mode="clip")
 
     def _alloc(self, T: int) -> dict[str, np.ndarray]:
         N, L, d = self.N, self.L, self.dims

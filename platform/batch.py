@@ -7,6 +7,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .array_pool import ArrayPool, reusable
+
 # Columns of ``Batch.ids``: each sample's origin. A sample is the decision of one lane (an agent
 # slot, or a squad of an upper layer) of one env copy at one env step, so (worker, copy, step)
 # names an env step of a copy and the lane tells that step's samples apart (a flat env has one
@@ -68,8 +70,19 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
     @staticmethod
-    def concat(batches: list["Batch"]) -> "Batch":
-        return Batch(**{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in fields(Batch)})
+    def concat(batches: list["Batch"], pool: ArrayPool | None = None) -> "Batch":
+        """The batches one after the other; with ``pool`` (a learner's), each wide field into an
+        array reused from update to update once nothing holds it (see platform.array_pool)."""
+        out = {}
+        for f in fields(Batch):
+            parts = [getattr(b, f.name) for b in batches]
+            if (pool is not None and reusable(sum(p.nbytes for p in parts)) and parts[0].ndim
+                    and all(p.dtype == parts[0].dtype and p.shape[1:] == parts[0].shape[1:] for p in parts)):
+                dest = pool.take(f.name, sum(len(p) for p in parts), parts[0].shape[1:], parts[0].dtype)
+                out[f.name] = np.concatenate(parts, out=dest)
+            else:
+                out[f.name] = np.concatenate(parts)
+        return Batch(**out)
 
     def to_torch(self) -> "TorchBatch":
         """What the loss reads, as tensors (the ids stay behind: they never enter a minibatch)."""

@@ -177,10 +177,10 @@ def test_harvested_rows_reuse_an_array_only_once_nothing_holds_it(monkeypatch):
     holds one) must never be written over by a later harvest, and a dropped one's array is reused."""
     import gc
 
-    import hdppo.hierarchies.engine as engine
+    import hdppo.platform.array_pool as array_pool
 
     def sampler(min_bytes):
-        monkeypatch.setattr(engine, "GATHER_REUSE_MIN_BYTES", min_bytes)
+        monkeypatch.setattr(array_pool, "REUSE_MIN_BYTES", min_bytes)
         return seeded_sampler()
 
     def harvest(s):
@@ -190,14 +190,14 @@ def test_harvested_rows_reuse_an_array_only_once_nothing_holds_it(monkeypatch):
 
     plain_sampler = sampler(1 << 60)
     plain = [harvest(plain_sampler).copy() for _ in range(4)]
-    assert plain_sampler.buffers["control"].reuse == {} and len(plain[0]) > 100
+    assert plain_sampler.buffers["control"].reuse.arrays == {} and len(plain[0]) > 100
 
     s = sampler(0)
-    pool = s.buffers["control"].reuse
+    pool = s.buffers["control"].reuse.arrays
     h0, h1 = harvest(s), harvest(s)
     assert h0.base is pool["obs"][0] and h1.base is pool["obs"][1]
     h2 = harvest(s)  # both kept arrays held: a new one, not kept
-    assert all(h2.base is not a for a in pool["obs"]) and len(pool["obs"]) == engine.GATHER_REUSE_KEEP
+    assert all(h2.base is not a for a in pool["obs"]) and len(pool["obs"]) == array_pool.REUSE_KEEP
     for got, want in zip((h0, h1, h2), plain):
         np.testing.assert_array_equal(got, want)  # held batches were not written over
     where0 = h0.__array_interface__["data"][0]
