@@ -195,3 +195,28 @@ def test_a_pickled_policy_rebuilds_its_layers_view():
     _, g_copy = mlp_gradients.ppo_gradients(copy, tb, 0.0, 1.0, copy_params, **loss)
     for a, b in zip(g, g_copy):
         torch.testing.assert_close(a, b)
+
+
+def test_the_learners_whole_batch_gradient_takes_the_written_out_path(monkeypatch):
+    """Learner.gradient (the workers' agreement diagnostic, every diagnostics.every updates) goes
+    the minibatches' way: written out for a plain MLP, equal to autograd's; autograd on request."""
+    from hdppo.platform.learner import Learner
+    from hdppo.platform.parameter_service import ParameterService
+
+    calls = []
+    real = mlp_gradients.ppo_gradients
+    monkeypatch.setattr(mlp_gradients, "ppo_gradients", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    rng = np.random.default_rng(3)
+    batch = Batch(rng.normal(size=(200, 6)).astype(np.float32), rng.integers(0, 3, (200, 1)).astype(np.float32),
+                  np.full(200, -np.log(3), np.float32), *(rng.normal(size=200).astype(np.float32) for _ in range(3)))
+    got = {}
+    for autograd in (False, True):
+        cfg = validate(tiny_config(layers=[{"name": "control", "policy": {"hidden": [16, 16]},
+                                            "learner": {"autograd": autograd}}]))
+        torch.manual_seed(0)
+        learner = Learner(cfg, 0, 6, gym.spaces.Discrete(3), ParameterService())
+        del calls[:]
+        got[autograd] = learner.gradient(batch, 0.1, 1.2, 0.01)
+        assert calls == ([] if autograd else [1])
+    for a, b in zip(got[False], got[True]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
