@@ -431,6 +431,10 @@ def sweep(config: str | Path, grid_specs: list[str], *, samples: int = 1, metric
     use_working_dir(working_dir)
     cluster_cpus = init_ray(address or base.ray.address, base.ray.num_cpus, working_dir)
     concurrent, cpus = trial_budget(cluster_cpus, len(trials), max_concurrent)
+    if concurrent > 1 and any(t["config"]["ray"].get("cpu_affinity") for t in trials):
+        raise ConfigError(f"{config}: ray.cpu_affinity plans the cores for one run, so {concurrent} concurrent trials "
+                          "would pin their learners to the same core. Leave ray.cpu_affinity false in a sweep, or "
+                          "run the trials one at a time (--max-concurrent 1).")
     pin = _driver_node_resource()
     for t in trials:
         t["bundles"] = trial_bundles(validate(t["config"]), cpus)

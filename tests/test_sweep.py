@@ -203,3 +203,17 @@ def test_sweep_runs_trials_concurrently_each_with_its_own_run_dir(ray_session, t
     assert [b[1:] for b in groups] == [[{"CPU": 0.5}, {"CPU": 0.5}]] * 2, groups
     assert (out / "tune").is_dir()  # Tune's own state stays in the sweep dir
     assert not list((out / "tune").rglob("events.out.tfevents.*"))  # no second TensorBoard copy
+
+
+def test_concurrent_trials_refuse_cpu_affinity(ray_session, tmp_path):
+    """ray.cpu_affinity plans one run's cores: concurrent trials would all pin their learners to
+    the first core, so the sweep refuses it before any trial starts, naming the field and the fix;
+    nothing is written."""
+    path = write_config(tmp_path, layers=[{"name": "control", "ppo": {"minibatch_size": 128, "num_epochs": 1},
+                                           "dppo": {"num_workers": 1, "num_envs_per_worker": 2,
+                                                    "train_batch_size": 256}}],
+                        train={"total_env_steps": 512, "checkpoint_every": 100, "eval_episodes": 0, "seed": 0},
+                        ray={"backend": "ray", "cpu_affinity": True})
+    with pytest.raises(ConfigError, match=r"ray.cpu_affinity .*--max-concurrent 1"):
+        sweep(path, ["layers.0.ppo.lr=1e-4,3e-3"], sweep_dir=tmp_path / "sweep")
+    assert not (tmp_path / "sweep").exists() or not any((tmp_path / "sweep").iterdir())
