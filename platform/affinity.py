@@ -2,9 +2,10 @@
 
 Where the learner's update is the iteration (pipeline, soft and async modes, whose workers
 sample beside it), the OS otherwise runs a worker on the learner's core now and then and the
-update waits: battle_v4 on 2 cores, one learner and two workers pipelined, trained 7% faster
-pinned (1,270 against 1,185 env steps/s over four alternated pairs, the update 0.81 against
-0.86 s; README, Benchmarks). Sample Factory's ``set_workers_cpu_affinity`` is the same idea.
+update waits: ``configs/battle.yaml`` on 2 cores (one learner, two workers, pipelined) trained
+1.10x faster pinned, the update 0.78 against 0.86 s (README, Devices). Where the workers are the
+iteration (plain ``sync``: they sample while the learner waits) pinning leaves the learner's core
+idle and costs: Hopper 0.69x. Sample Factory's ``set_workers_cpu_affinity`` is the same idea.
 
 One machine only (the embedded Ray, ``ray.address`` null or 'local'): the cores are counted on
 the machine each actor runs on, and a worker on a node with no learner would leave a core idle.
