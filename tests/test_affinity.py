@@ -22,9 +22,10 @@ def test_learners_get_cores_of_their_own_and_the_workers_share_the_rest():
     # Three learners on 8 cores (a three-layer hierarchy): cores 0-2; the workers cycle over 3-7.
     assert [plan("learner", k, 3, list(range(8))) for k in range(3)] == [0, 1, 2]
     assert [plan("worker", k, 3, list(range(8))) for k in range(6)] == [3, 4, 5, 6, 7, 3]
-    # More learners than cores: they share all but the last core, which stays the workers'.
-    assert [plan("learner", k, 3, [4, 6]) for k in range(3)] == [4, 4, 4]
-    assert plan("worker", 0, 3, [4, 6]) == 6
+    # Not a core for each learner and one for the workers: nothing pinned.
+    assert [plan("learner", k, 3, [4, 6]) for k in range(3)] == [None, None, None]
+    assert plan("worker", 0, 3, [4, 6]) is None and plan("worker", 0, 3, [0, 1, 2]) is None
+    assert plan("learner", 2, 3, [0, 1, 2, 5]) == 2 and plan("worker", 1, 3, [0, 1, 2, 5]) == 5
     assert plan("learner", 0, 1, [3]) is None and plan("worker", 0, 1, [3]) is None
     with pytest.raises(ValueError, match="role"):
         plan("driver", 0, 1, [0, 1])
