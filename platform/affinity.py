@@ -37,18 +37,15 @@ def plan_core(role: str, slot: int, num_learners: int, cores: list[int]) -> int 
     return rest[slot % len(rest)]
 
 
-def pin_process(core: int) -> list[int]:
+def pin_process(core: int) -> None:
     """Pin every thread of this process (Ray's, torch's and the caller's) to ``core``; threads
-    started later inherit it from the thread that starts them. Returns the thread ids pinned."""
+    started later inherit it from the thread that starts them."""
     tids = [int(t.name) for t in Path("/proc/self/task").iterdir()] if Path("/proc/self/task").is_dir() else [0]
-    pinned = []
     for tid in tids:
         try:
             os.sched_setaffinity(tid, {core})
-            pinned.append(tid)
         except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
             continue
-    return pinned
 
 
 def in_ray_actor() -> bool:

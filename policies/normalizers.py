@@ -284,8 +284,9 @@ class ObservationNormalizer:
         """``observe(obs)`` then ``self(obs, out)``: the same statistics and values (up to float32
         rounding in the sums). ``rows`` (bool ``[B]``): observe only those rows, normalise all.
         A wide float32 batch whose statistics need no refresh (most steps after the first few
-        thousand samples) is normalised first and its moments taken from the normalised values (:meth:`MomentSums.add_scaled`): 5 passes over the batch instead of 7
-        (192 MAgent2 views of 845 values: ~140 against ~210 us)."""
+        thousand samples) is normalised first and its moments taken from the normalised values
+        (:meth:`MomentSums.add_scaled`): 5 passes over the batch instead of 7 (192 MAgent2 views
+        of 845 values: ~140 against ~210 us)."""
         x = np.asarray(obs)
         d = self.delta.shape
         if (not self.enabled or x.dtype != np.float32 or x.ndim != 2 or x.shape[1:] != d
