@@ -25,7 +25,7 @@ from . import affinity
 from .backend import call_service, deref
 from .batch import Batch, Rollout, RolloutStats
 from .config import Config, worker_quota
-from .diagnostics import DIAG_MAX_ROWS, moments
+from .diagnostics import DIAG_MAX_ROWS, moments, observation_moments
 from .messages import GradientResult
 from .threads import limit_blas_threads, use_threads
 
@@ -173,17 +173,18 @@ class RolloutWorker:
         res64 = ret64 - batch.values
         adv64 = batch.advantages.astype(np.float64)
         n = max(len(batch), 1)
+        obs_delta = self.obs_norms[name].take_delta() if layer.normalization.observation else None
         return RolloutStats(
             worker=self.index, version=self.versions[name], env_steps=env_steps, sample_s=time.perf_counter() - t0,
             episode_returns=ep_returns, episode_lengths=ep_lengths, episode_infos=episode_infos or {},
-            obs_delta=self.obs_norms[name].take_delta().to_state() if layer.normalization.observation else None,
+            obs_delta=obs_delta.to_state() if obs_delta is not None else None,
             reward_delta=self.scalers[name].take_delta().to_state() if layer.normalization.reward_scope == "global" else None,
             adv_sum=float(adv64.sum()), adv_sumsq=float((adv64**2).sum()),
             ret_sum=float(ret64.sum()), ret_sumsq=float((ret64**2).sum()),
             res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
             raw_reward_mean=raw_reward_sum / n, intrinsic_reward_mean=intrinsic_sum / n, bonus_mean=bonus_sum / n,
             command_counts=command_counts, num_samples=len(batch),
-            obs_moments=moments(batch.obs, DIAG_MAX_ROWS), action_moments=moments(batch.actions, DIAG_MAX_ROWS),
+            obs_moments=observation_moments(obs_delta, batch.obs), action_moments=moments(batch.actions, DIAG_MAX_ROWS),
             coverage=self._coverage_sample(name, batch))
 
     def _coverage_sample(self, name: str, batch: Batch) -> np.ndarray | None:

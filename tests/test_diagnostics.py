@@ -7,7 +7,8 @@ from conftest import tiny_config
 from hdppo.platform import metrics as M
 from hdppo.platform.config import validate
 from hdppo.platform.diagnostics import (coverage_image, divergences, embed_2d, gaussian_divergence,
-                                        mean_pairwise_cosine, moments, pool_moments)
+                                        mean_pairwise_cosine, moments, observation_moments, pool_moments)
+from hdppo.policies.normalizers import RunningStats
 from hdppo.platform.trainer import Trainer
 
 
@@ -33,6 +34,21 @@ def test_moments_of_a_row_sample_estimate_the_batch_and_see_every_lane():
     assert moments(x[:3000], max_rows=4000)[0] == pytest.approx(moments(x[:3000])[0])  # small: exact
     # the sample is fixed by the batch size, not drawn from a shared random stream
     np.testing.assert_array_equal(moments(x, max_rows=4000)[0], m)
+
+
+def test_observation_moments_are_the_normalisers_raw_moments_else_the_batchs():
+    rng = np.random.default_rng(3)
+    raw = rng.normal(4.0, 3.0, (500, 2, 3)).astype(np.float32)  # image-shaped: the moments come out flat
+    seen = RunningStats((2, 3))
+    seen.update(raw)
+    normalised = (raw - 1.0) / 2.0
+    m, v = observation_moments(seen, normalised.reshape(500, -1))
+    np.testing.assert_allclose(m, raw.reshape(500, -1).mean(0), rtol=1e-5)
+    np.testing.assert_allclose(v, raw.reshape(500, -1).var(0), rtol=1e-4)
+    for none_seen in (None, RunningStats((2, 3))):  # normalisation off, or nothing counted: the batch's own
+        m, v = observation_moments(none_seen, normalised.reshape(500, -1))
+        np.testing.assert_allclose(m, normalised.reshape(500, -1).mean(0), rtol=1e-5)
+        np.testing.assert_allclose(v, normalised.reshape(500, -1).var(0), rtol=1e-4)
 
 
 def test_divergence_is_zero_for_the_same_data_and_grows_with_a_shift():
@@ -62,11 +78,13 @@ def test_embedding_and_image():
     assert img.dtype == np.uint8 and img.shape[0] == 3 and img.shape[1] > 100 and img.std() > 0
 
 
-@pytest.mark.parametrize("mode", ["central", "dppo"])
-def test_training_logs_diagnostics_and_finds_the_deviant_worker(tmp_path, mode):
+@pytest.mark.parametrize("mode,obs_norm", [("central", True), ("dppo", True), ("central", False)])
+def test_training_logs_diagnostics_and_finds_the_deviant_worker(tmp_path, mode, obs_norm):
+    # With observation normalisation the divergence compares the raw observations' moments (the
+    # normaliser's); without it, the batch's (estimated from rows): the deviant is found either way.
     cfg = validate(tiny_config(
         env={"entry_point": "scripted_envs:shifted_on_worker", "kwargs": {"worker": 2, "shift": 5.0}},
-        layers=[{"ppo": {"minibatch_size": 96, "num_epochs": 2},
+        layers=[{"ppo": {"minibatch_size": 96, "num_epochs": 2}, "normalization": {"observation": obs_norm},
                  "dppo": {"mode": mode, "num_workers": 3, "num_envs_per_worker": 2, "train_batch_size": 384}}],
         train={"total_env_steps": 384 * 4, "checkpoint_every": 100, "eval_episodes": 0, "seed": 5},
         diagnostics={"every": 2, "coverage_points": 32}))
