@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .networks import _HALF_LOG_2PI, ActorCritic
+from .networks import _HALF_LOG_2PI, ActorCritic, tanh_
 from .ppo_loss import LossTerms, decoupled_center, loss_weight, normalize_advantages, ratio_stats
 
 _ACTS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
@@ -63,7 +63,7 @@ def forward(layers: list, x: torch.Tensor, bf16: bool = False) -> tuple[torch.Te
             z = torch.addmm(b, x, w.t())
         inputs.append(x)
         if act == "tanh":
-            z = torch.tanh(z)
+            z = tanh_(z)  # in place: z is addmm's fresh output
         elif act == "relu":
             z = torch.relu(z)
         x = z.to(torch.bfloat16) if low else z

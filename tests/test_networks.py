@@ -8,7 +8,7 @@ from hdppo.platform.config import validate
 from hdppo.platform.learner import Learner
 from hdppo.platform.parameter_service import ParameterService
 from hdppo.platform.trainer import Trainer
-from hdppo.policies.networks import NUMPY_ACT_MAX_VALUES, ActorCritic, NumpyMLP
+from hdppo.policies.networks import NUMPY_ACT_MAX_VALUES, ActorCritic, NumpyMLP, run_mlp, tanh_
 
 
 @pytest.mark.parametrize("space", [gym.spaces.Box(-2.0, 2.0, (3,)), gym.spaces.Discrete(4, start=1),
@@ -323,3 +323,33 @@ def test_large_images_and_padded_convs_stay_in_torch():
     small = ActorCritic(400, gym.spaces.Discrete(3), hidden=[], encoder={**enc, "chw": (4, 10, 10), "channels_last": True})
     small.actor[0].convs[0].padding = (1, 1)
     assert NumpyMLP.build(small.actor) is None
+
+
+def test_tanh_in_place_through_numpy_matches_torch_and_leaves_what_it_must_alone():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(512, 64, generator=g) * 3
+    ref = torch.tanh(z)
+    out = tanh_(z)
+    assert out is z  # fresh float32 CPU block: written in place
+    torch.testing.assert_close(out, ref, rtol=0, atol=3e-7)
+    # A tensor autograd tracks: torch's tanh, a new tensor with its gradient.
+    x = (torch.randn(8, 4, generator=g)).requires_grad_()
+    y = tanh_(x)
+    assert y is not x and y.grad_fn is not None
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 1 - torch.tanh(x.detach()) ** 2)
+    for other in (torch.randn(8, 4, generator=g).bfloat16(), torch.randn(4, 8, generator=g).t()):  # not float32 / not contiguous
+        before = other.clone()
+        assert torch.equal(tanh_(other).float(), torch.tanh(before).float()) and torch.equal(other, before)
+
+
+def test_run_mlp_never_writes_into_its_input():
+    # A Sequential that starts with Tanh gets the caller's tensor there: torch.tanh, not in place.
+    seq = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    x = torch.randn(5, 4)
+    before = x.clone()
+    with torch.no_grad():
+        out = run_mlp(seq, x)
+        ref = seq(before)
+    assert torch.equal(x, before)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
