@@ -151,5 +151,6 @@ def test_three_layers_solve_rooms_and_two_layers_do_not(tmp_path):
     steps = {"train.total_env_steps": 60_000, "train.eval_episodes": 50}
     three = Trainer(three_layers(**steps), tmp_path / "three", quiet=True).train()
     two = Trainer(validate(two_layers(**steps)), tmp_path / "two", quiet=True).train()
-    assert three["eval_return_mean"] >= 0.6, three
+    # 0.5: one seed lands anywhere in the spread of seeds (0.55-0.96 on 2026-12-07; see the file above)
+    assert three["eval_return_mean"] >= 0.5, three
     assert two["eval_return_mean"] < 0.3, two
