@@ -96,9 +96,9 @@ def tanh_(z: torch.Tensor) -> torch.Tensor:
     """``torch.tanh(z)``, computed in place by numpy where that is safe: a contiguous float32 CPU
     tensor that autograd does not track (the caller's own, fresh from a matmul). torch 2.13's CPU
     tanh took ~100 us on a 512x64 block on an AMD EPYC VM (its AVX2, AVX512 and scalar kernels
-    alike), numpy's 13 us; on an Intel Xeon both were ~10 us (2026-12-07). A learner's minibatch
-    step of a 64x64 tanh actor-critic computes four such blocks. The values agree to a few float32
-    ulps. Anything else (bfloat16, CUDA, a tensor that needs a gradient) goes to torch.tanh."""
+    alike), numpy's 13 us (2026-12-07); on the Intel Xeon VM torch's had taken ~10 us (run_mlp's
+    note; numpy's not timed there). A learner's minibatch step of a 64x64 tanh actor-critic
+    computes four such blocks. The values agree to a few float32 ulps. Anything else (bfloat16, CUDA, a tensor that needs a gradient) goes to torch.tanh."""
     if (z.device.type == "cpu" and z.dtype == torch.float32 and z.is_contiguous()
             and not (z.requires_grad and torch.is_grad_enabled())):
         a = z.detach().numpy()
