@@ -1,6 +1,6 @@
 """Ant-v5 learning A/B between engines: one training run of one arm, then its evaluation.
 
-The suspected Ant-v5 regression (README, "Ant-v5: the suspected regression") is measured by
+The suspected Ant-v5 regression (docs/benchmarks.md, "Ant-v5: the suspected regression") is measured by
 whole training runs of ``configs/ant.yaml`` on a budget of ``--steps`` env steps (the lr annealed
 over that budget), ``ray.backend: local``, one arm and one seed per call:
 

@@ -2,7 +2,7 @@
 
 For tasks where an episode builds one solution of a seeded instance (a job-shop schedule, a
 route), a policy sampled K times finds a better solution than its most likely actions give:
-best-of-64 sampling meets ft06 <= 5% where the greedy policy does not (README, Job shop). Self-labeling
+best-of-64 sampling meets ft06 <= 5% where the greedy policy does not (docs/domains/jobshop.md). Self-labeling
 (Corsini et al., "Self-Labeling the Job Shop Scheduling Problem", NeurIPS 2024) trains that into
 the greedy policy: sample K solutions of each of B instances with the policy, keep each instance's
 best (the highest return), and raise the log-probability of the best solution's decisions

@@ -3,7 +3,7 @@
 A PPO learner on CPU makes hundreds of small optimizer steps per update, and on the MLPs most
 layers use (64x64, tanh) each step's time is torch's per-operator cost and the autograd engine's,
 not the maths: a 512-sample step of battle_v4's 845-input MLP made ~150 operator calls, its
-matmuls a third of the time (README, Benchmarks). For an actor and a critic that are stacks of
+matmuls a third of the time (docs/benchmarks.md). For an actor and a critic that are stacks of
 ``Linear`` and ``Tanh``/``ReLU`` layers, the loss of :mod:`policies.ppo_loss` has a gradient short
 enough to write: the forward pass keeps each layer's input, the loss's derivative with respect to
 the logits (or Gaussian mean) and the value is a few elementwise operations, and each layer's
