@@ -6,7 +6,10 @@ exits non-zero.
 """
 from __future__ import annotations
 
-__all__ = ["HdppoError", "ConfigError", "EnvError"]
+import contextlib
+from typing import Iterator
+
+__all__ = ["HdppoError", "ConfigError", "EnvError", "UserCodeError", "user_code", "user_code_error"]
 
 
 class HdppoError(Exception):
@@ -21,3 +24,39 @@ class ConfigError(HdppoError):
 
 class EnvError(HdppoError):
     """An env that cannot be made, or whose outputs do not match its spaces."""
+
+
+class UserCodeError(HdppoError):
+    """A function the config names (a reward, an observation view, a teacher) raised: a bug in that
+    function, the same on every worker, so the run stops instead of replacing workers."""
+
+
+def user_code_error(label: str, path: str, exc: BaseException, called_as: str = "") -> UserCodeError:
+    """A :class:`UserCodeError` for ``exc`` raised by the function at ``path`` (``module:function``)
+    that the config field ``label`` names: the exception, where in the user's file it was raised
+    (the deepest frame outside hdppo and the installed packages), and how the function is called."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # hdppo's packages live below it
+    ours = tuple(os.path.join(root, d) + os.sep for d in ("platform", "envs", "policies", "hierarchies"))
+    user = [f for f in frames if not f.filename.startswith(ours) and "site-packages" not in f.filename
+            and os.sep + "lib" + os.sep + "python" not in f.filename] or frames
+    where = f" (at {user[-1].filename}, line {user[-1].lineno}, in {user[-1].name})" if user else ""
+    return UserCodeError(f"{label} {path!r} raised {type(exc).__name__}: {exc}{where}. It is the function's own "
+                         f"error, and it would fail the same on every worker, so the run stops.{called_as} Fix the "
+                         "function and train again.")
+
+
+@contextlib.contextmanager
+def user_code(label: str, path: str, called_as: str = "") -> Iterator[None]:
+    """Around a call into a function the config names (``label``: its field, ``path``: its name):
+    an exception of its own stops the run as :func:`user_code_error` (the field, the function, the
+    line in the user's file) instead of passing for a crashed worker to be replaced."""
+    try:
+        yield
+    except HdppoError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any bug in the user's function: say whose and where
+        raise user_code_error(label, path, exc, called_as) from exc

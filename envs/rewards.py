@@ -24,8 +24,9 @@ What the arguments are, per lane:
   agent receives it (a one-hot for a discrete command, the goal vector for a Box command; an
   empty vector on the top layer); ``obs``/``next_obs`` the agent's raw env observation,
   flattened, before and after the step (after: the final one where the agent or episode
-  ended, not the reset one); ``action`` its action as the policy chose it (indices for
-  discrete spaces, the unclipped sample for a Box); ``info`` its info dict.
+  ended, not the reset one); ``action`` its action as the policy chose it, always a float
+  array: ``[index]`` for a Discrete space (``int(action[0])`` is the index), one entry per
+  entry of a MultiDiscrete, the unclipped sample for a Box; ``info`` its info dict.
 - an upper layer (one lane per squad, or one for all agents): ``command`` as above;
   ``obs``/``next_obs`` its member agents' flattened env observations side by side (zeros for
   members that are gone), before and after the step; ``action`` the lane's current command to

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..envs.errors import ConfigError, EnvError
+from ..envs.errors import ConfigError, EnvError, user_code
 from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve, reward_field
@@ -58,6 +58,17 @@ DENSE_VALUE_SHARE = 0.8
 # rows cost more than acting on the 1% more.
 DENSE_ACT_MIN_WIDTH = 256
 DENSE_ACT_SHARE = 0.75
+
+
+
+# How an intrinsic reward is called, for the error that names it (reward_fn's contract: envs/rewards.py).
+_REWARD_CALL = (" It is called for one lane with keyword arguments command, obs, next_obs (float32 arrays), action "
+                "(the layer's action as a float array: one entry for Discrete, one per entry of MultiDiscrete or Box) "
+                "and info (the agent's info dict; a dict per member for an upper layer).")
+_VECTORIZED_REWARD_CALL = (" It is vectorised (reward_fn(vectorized=True)): called with keyword arguments command, "
+                           "obs, next_obs and action, each an array with a row per lane, and info (InfoRows).")
+
+
 
 
 @dataclass
@@ -348,10 +359,12 @@ class Sampler:
         width = spec.obs_dim - spec.command_in - len(spec.agent_ids)
         out = np.zeros((self.N, p.L, width), np.float32)
         raw = raw or self.venv.raw_obs
-        for n, lane in zip(*np.nonzero(due)):
-            members = [self.venv.agents[k] for k in p.members[lane]]
-            out[n, lane] = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
-                                      np.float32).reshape(-1)
+        with user_code(f"layers[{spec.index}] ({spec.name}).observation.source", str(src),
+                       " It is called as view(raw_obs, members, env) for each due lane."):
+            for n, lane in zip(*np.nonzero(due)):
+                members = [self.venv.agents[k] for k in p.members[lane]]
+                out[n, lane] = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
+                                          np.float32).reshape(-1)
         return out
 
     def _teacher(self, p: _Plan, due: np.ndarray, dim: int) -> np.ndarray:
@@ -361,8 +374,10 @@ class Sampler:
         n_idx, l_idx = np.nonzero(due)
         if is_vectorized_teacher(fn):  # type: ignore[arg-type]
             cmd = self._command_in(p)
-            a = self._teacher_array(p, fn(env=self.venv, copies=n_idx, members=[p.members[lane] for lane in l_idx],  # type: ignore[misc]
-                                          command=None if cmd is None else cmd[n_idx, l_idx], **kwargs), " (vectorised)", "")
+            with user_code(f"layers[{p.spec.index}] ({p.name}).teacher.policy", str(p.spec.cfg.teacher.policy)):  # type: ignore[union-attr]
+                value = fn(env=self.venv, copies=n_idx, members=[p.members[lane] for lane in l_idx],  # type: ignore[misc]
+                           command=None if cmd is None else cmd[n_idx, l_idx], **kwargs)
+            a = self._teacher_array(p, value, " (vectorised)", "")
             if a.size != len(n_idx) * dim:
                 raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} (vectorised) returned "  # type: ignore[union-attr]
                                f"{a.shape} for {len(n_idx)} lanes; it must return one row per lane of {dim} value(s) "
@@ -371,8 +386,10 @@ class Sampler:
         out = np.zeros((len(n_idx), dim), np.float32)
         for k, (n, lane) in enumerate(zip(n_idx, l_idx)):
             members = [self.venv.agents[a] for a in p.members[lane]]
-            a = self._teacher_array(p, fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs),  # type: ignore[misc]
-                                    "", f" for lane {p.lanes[lane]!r}").reshape(-1)
+            with user_code(f"layers[{p.spec.index}] ({p.name}).teacher.policy", str(p.spec.cfg.teacher.policy),  # type: ignore[union-attr]
+                           " It is called as teacher(raw_obs, members, env, **kwargs) for each due lane."):
+                value = fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs)  # type: ignore[misc]
+            a = self._teacher_array(p, value, "", f" for lane {p.lanes[lane]!r}").reshape(-1)
             if a.size != dim:
                 raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} returned {a.size} "  # type: ignore[union-attr]
                                f"value(s) for lane {p.lanes[lane]!r}; the layer's actions have {dim} (one index for "
@@ -617,21 +634,24 @@ class Sampler:
                 infos.append(info_n.get(members[0], {}) if p.bottom else {m: info_n.get(m, {}) for m in members})
             return infos
 
-        if p.vectorized:
-            # The lanes' agents' info values can come straight from the env's info columns
-            # (InfoRows.column), with no dict per agent and step: a bottom lane is one slot, an
-            # upper lane its members' slots (equal squads: p.gather).
-            slots = p.lane_slots[l_idx] if p.bottom else p.gather[l_idx]  # type: ignore[index]
-            info = InfoRows(lane_infos, len(n_idx), res.info_columns, res.info_present, n_idx, slots,
-                            grouped=not p.bottom)
-            out[n_idx, l_idx] = np.asarray(fn(command=commands, obs=env_before[n_idx, l_idx],  # type: ignore[misc]
-                                              next_obs=env_after[n_idx, l_idx], action=actions, info=info), np.float64)
-        else:
-            infos = lane_infos()
-            for k in range(len(n_idx)):
-                out[n_idx[k], l_idx[k]] = float(fn(command=commands[k], obs=env_before[n_idx[k], l_idx[k]],  # type: ignore[misc]
-                                                   next_obs=env_after[n_idx[k], l_idx[k]], action=actions[k],
-                                                   info=infos[k]))
+        with user_code(reward_field(p.spec.index, p.name), str(p.spec.cfg.reward.intrinsic_fn),
+                       _VECTORIZED_REWARD_CALL if p.vectorized else _REWARD_CALL):
+            if p.vectorized:
+                # The lanes' agents' info values can come straight from the env's info columns
+                # (InfoRows.column), with no dict per agent and step: a bottom lane is one slot, an
+                # upper lane its members' slots (equal squads: p.gather).
+                slots = p.lane_slots[l_idx] if p.bottom else p.gather[l_idx]  # type: ignore[index]
+                info = InfoRows(lane_infos, len(n_idx), res.info_columns, res.info_present, n_idx, slots,
+                                grouped=not p.bottom)
+                out[n_idx, l_idx] = np.asarray(fn(command=commands, obs=env_before[n_idx, l_idx],  # type: ignore[misc]
+                                                  next_obs=env_after[n_idx, l_idx], action=actions, info=info),
+                                               np.float64)
+            else:
+                infos = lane_infos()
+                for k in range(len(n_idx)):
+                    out[n_idx[k], l_idx[k]] = float(fn(command=commands[k], obs=env_before[n_idx[k], l_idx[k]],  # type: ignore[misc]
+                                                       next_obs=env_after[n_idx[k], l_idx[k]], action=actions[k],
+                                                       info=infos[k]))
         return out
 
     def _after_step(self, res: VecStep, env_in: dict) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from ..envs.errors import user_code
 from ..envs.loading import check_signature
 from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import VecObs, VectorMultiAgentEnv, flat_dims
@@ -199,7 +200,9 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
                         "fn(env_obs, members, env)", None, None, None)
         lane = known[0] if spec.bottom else spec.lanes[0]  # type: ignore[index]
         members = [lane] if spec.bottom else (spec.members[lane] or known)
-        env_dim = int(np.asarray(spec.obs_fn(probe.raw_obs(0), members, probe.copy_env(0))).size)
+        with user_code(f"layers[{spec.index}] ({spec.name}).observation.source", src,
+                       " It is called as view(raw_obs, members, env), here on the first reset to size the input."):
+            env_dim = int(np.asarray(spec.obs_fn(probe.raw_obs(0), members, probe.copy_env(0))).size)
     if layer.observation.agent_id:
         spec.agent_ids = list(known) if spec.bottom else list(spec.lanes)  # type: ignore[arg-type]
     spec.obs_dim = int(env_dim) + spec.command_in + len(spec.agent_ids)

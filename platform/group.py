@@ -24,7 +24,7 @@ from . import metrics as M
 from .batch import no_ids
 from .config import Config, GroupSpec
 from .devices import resolve_device
-from .errors import HdppoError, RayStartError
+from .errors import EnvError, HdppoError, RayStartError
 from .learner import Learner
 from .tensor_buffers import restore_tensors
 from .messages import Accounting, UpdateResult
@@ -108,6 +108,7 @@ class DPPOGroup:
         self._ledger: dict[str, list[Accounting]] | None = (
             {name: [] for name in layers} if cfg.diagnostics.accounting else None)
         self.replaced = 0
+        self._last_failure: BaseException | None = None   # the cause of the latest failed call
         self._closed = False
         self.sync = make_sync_mode(self.dppo.sync)
         self._sample_method = "sample" if self.dppo.mode == "central" else "sample_stats_only"
@@ -165,6 +166,7 @@ class DPPOGroup:
         cause = getattr(error, "cause", None) or error
         if isinstance(cause, HdppoError):
             raise cause
+        self._last_failure = cause
         lost = getattr(cause, LOST_IDS, None) or getattr(error, LOST_IDS, None)
         for layer, ids in (lost or {}).items():  # the env steps of a rollout that failed: counted, never trained
             self._record_failed(layer, ids)
@@ -175,16 +177,27 @@ class DPPOGroup:
         """Keep the results that arrived; replace each worker whose call failed. A failed rollout is
         dropped whole, so nothing counts twice. ``sources`` says which worker (and which
         incarnation of it) made each result, so a worker already replaced is not replaced again."""
-        kept, kept_sources = [], []
+        kept, kept_sources, failed = [], [], None
         for r, src in zip(results, sources):
             if isinstance(r, BaseException):
                 self._fail(src, r)
+                failed = r
             else:
                 kept.append(r)
                 kept_sources.append(src)
         if not kept and not self.sync.streaming:
-            raise RuntimeError(f"group {self.name!r}: every worker failed in the same iteration")
+            raise self._all_failed("every worker failed in the same iteration", failed)
         return kept, kept_sources
+
+    def _all_failed(self, what: str, error: BaseException | None) -> EnvError:
+        """The error that stops a run whose workers all fail: one crashed simulator is replaced, but
+        a failure everywhere at once is most likely a bug in the env (or what it is given), which a
+        replacement would only repeat."""
+        cause = getattr(error, "cause", None) or error
+        last = f" (the last: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})" if cause else ""
+        return EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
+                        f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; the "
+                        "workers' errors are printed above, and `hdppo check-env` steps the env alone.")
 
     # -- the update ----------------------------------------------------------------------------
     def iteration(self) -> dict[str, UpdateResult]:
@@ -194,8 +207,8 @@ class DPPOGroup:
         failed_before = self.replaced
         while out is None:  # an update may have had only failed results in hand (async: one chunk)
             if self.replaced - failed_before > 3 * len(self.workers):
-                raise RuntimeError(f"group {self.name!r}: workers keep failing ({self.replaced - failed_before} "
-                                   "replaced without one good rollout); see the errors above")
+                raise self._all_failed(f"workers keep failing ({self.replaced - failed_before} replaced without one "
+                                       "good rollout)", self._last_failure)
             pending, sources = self.sync.collect(self)
             sample_s = time.perf_counter() - t0
             out = self._update_central(pending, sources) if self.dppo.mode == "central" else self._update_dppo(pending, sources)
@@ -274,7 +287,7 @@ class DPPOGroup:
                     self._record_failed(layer, stats[j][layer].ids)
             stats[:], holders[:] = [stats[j] for j in live], [holders[j] for j in live]
             if not holders:
-                raise RuntimeError(f"group {self.name!r}: every worker failed during the update of layer {layer!r}")
+                raise self._all_failed(f"every worker failed during the update of layer {layer!r}", self._last_failure)
             start = b.get(b.call(learner, "begin_dppo", *[s[layer] for s in stats]))
             failure = self._dppo_steps(layer, start, sum(s[layer].num_samples for s in stats), holders)
             if failure is None:

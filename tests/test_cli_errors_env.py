@@ -258,3 +258,56 @@ def test_eval_and_export_take_the_working_dir_a_run_was_trained_from(scratch, ca
     code, err = run(capsys, ["export", "../r", "--format", "torchscript", "--out", "m.pt", "--working-dir", ".."])
     assert code == 0 and (scratch / "elsewhere" / "m.pt").is_file(), err
     sys.modules.pop("hdppo_t_wd_env", None)
+
+
+def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(scratch, capsys):
+    """A reward, an observation view or a teacher that raises mid-rollout is a bug in it, the same on
+    every worker: one paragraph naming the field, the function, the exception and its line in the
+    user's file, exit 2 (it was a worker replaced again and again, then a RuntimeError traceback)."""
+    (scratch / "mods" / "hdppo_t_raise.py").write_text(
+        "def reward(command, obs, next_obs, action, info):\n"
+        "    return float(action)  # line 2: a float array of one entry is fine, a dict is not\n"
+        "def view(raw_obs, members, env):\n"
+        "    return raw_obs['nobody']\n"
+        "def teacher(raw_obs, members, env):\n"
+        "    raise ValueError('no rule for this state')\n")
+    sys.modules.pop("hdppo_t_raise", None)
+    base = ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r"]
+    for field, value, words in (
+            ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_dict",
+             ["layers[1] (control).reward.intrinsic_fn 'hdppo_t_raise:reward_dict' raised TypeError",
+              "hdppo_t_raise.py, line 8, in reward_dict", "It is called for one lane with keyword arguments"]),
+            ("layers.strategy.observation.source", "hdppo_t_raise:view",
+             ["layers[0] (strategy).observation.source 'hdppo_t_raise:view' raised KeyError: 'nobody'",
+              "hdppo_t_raise.py, line 4, in view", "view(raw_obs, members, env)"]),
+            ("layers.strategy.teacher", "{policy: 'hdppo_t_raise:teacher'}",
+             ["layers[0] (strategy).teacher.policy 'hdppo_t_raise:teacher' raised ValueError: no rule for this state",
+              "hdppo_t_raise.py, line 6, in teacher"])):
+        if value.endswith("reward_dict"):
+            with open(scratch / "mods" / "hdppo_t_raise.py", "a") as f:
+                f.write("def reward_dict(command, obs, next_obs, action, info):\n    return float(info)\n")
+            sys.modules.pop("hdppo_t_raise", None)
+        code, err = run(capsys, [*base, "--set", f"{field}={value}"])
+        assert code == 2 and err.startswith("hdppo train: error:"), err
+        for w in words + ["so the run stops", "Fix the function"]:
+            assert w in err, (w, err)
+        assert "replaced" not in err
+    sys.modules.pop("hdppo_t_raise", None)
+
+
+def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, capsys):
+    """Every worker failing in the same iteration is an env bug, not a crashed simulator: an error
+    naming the env and the last failure, exit 2, no traceback."""
+    (scratch / "mods" / "hdppo_t_broken.py").write_text(
+        "import gymnasium as gym\n"
+        "class Broken(gym.Wrapper):\n"
+        "    def step(self, action):\n"
+        "        raise ZeroDivisionError('the simulator divides by zero')\n"
+        "def make(**kwargs):\n    return Broken(gym.make('CartPole-v1'))\n")
+    sys.modules.pop("hdppo_t_broken", None)
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--working-dir", "mods", "--set",
+                             "env.entry_point=hdppo_t_broken:make", "--set", "env.id=null", "--run-dir", "r"])
+    assert code == 2 and "every worker failed in the same iteration" in err, err
+    for w in ("ZeroDivisionError: the simulator divides by zero", "'hdppo_t_broken:make'", "hdppo check-env"):
+        assert w in err, (w, err)
+    sys.modules.pop("hdppo_t_broken", None)
