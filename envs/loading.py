@@ -5,6 +5,7 @@ import difflib
 import importlib
 import importlib.util
 import importlib.metadata
+import inspect
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -96,6 +97,18 @@ def _call_text(name: str, kwargs: dict) -> str:
     return f"{name.rpartition(':')[2]}({args})"
 
 
+def _accepts(fn: Callable[..., Any], kwargs: dict) -> bool:
+    """Whether ``fn`` can be called with ``kwargs`` (by its signature; True when it has none to
+    read), so that a TypeError raised inside the factory is not blamed on env.kwargs."""
+    try:
+        inspect.signature(fn).bind(**kwargs)
+    except TypeError:
+        return False
+    except ValueError:  # a builtin without a signature
+        return True
+    return True
+
+
 def call_factory(factory: Callable[..., Any], name: str, kwargs: dict, how: str = "") -> Any:
     """``factory(**kwargs)`` for the env ``name`` (its entry point or id): a user's factory that
     raises becomes :class:`EnvError` naming it, the exception and the arguments it was called with.
@@ -104,10 +117,10 @@ def call_factory(factory: Callable[..., Any], name: str, kwargs: dict, how: str 
         return factory(**kwargs)
     except HdppoError:
         raise  # the env's own clear error
-    except TypeError as exc:
-        raise EnvError(f"env {name!r} rejected its arguments ({exc}){': ' + how if how else ''}. Check env.kwargs "
-                       "in the config and the factory's signature.") from exc
     except Exception as exc:  # noqa: BLE001 - any error in the user's factory: say which, what and with what
+        if isinstance(exc, TypeError) and not _accepts(factory, kwargs):
+            raise EnvError(f"env {name!r} rejected its arguments ({exc}){': ' + how if how else ''}. Check "
+                           "env.kwargs in the config and the factory's signature.") from exc
         call = _call_text(name, kwargs)
         module_name, colon, attr = name.partition(":")
         show = (f'`python -c "from {module_name} import {attr}; {call}"` in its folder' if colon
@@ -164,6 +177,21 @@ def _unknown_id(env_id: str) -> EnvError:
                     "(see gymnasium.pprint_registry()) or give env.entry_point: 'package.module:factory'.")
 
 
+def _api_hint(env: Any) -> str:
+    """What to set in the config for an env of another API that ``env.type`` can take."""
+    try:
+        from pettingzoo.utils.env import AECEnv, ParallelEnv
+    except ImportError:  # pragma: no cover - pettingzoo is a dependency
+        AECEnv = ParallelEnv = ()  # type: ignore[assignment,misc]
+    if isinstance(env, (ParallelEnv, AECEnv)) or hasattr(env, "possible_agents"):
+        return " It is a PettingZoo env: set env.type: pettingzoo in the config, with this entry_point."
+    if type(env).__name__ == "MultiAgentEnv" or any(c.__name__ == "MultiAgentEnv" for c in type(env).__mro__):
+        return " It is an RLlib MultiAgentEnv: set env.type: rllib in the config."
+    if isinstance(env, gym.vector.VectorEnv):
+        return " It is a Gymnasium VectorEnv: set env.type: gymnasium_vector in the config."
+    return " Return a gymnasium.Env, or set env.type for another API (pettingzoo, rllib, gymnasium_vector, vector)."
+
+
 def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
                  kwargs: dict | None = None, max_episode_steps: int | None = None) -> gym.Env:
     """One Gymnasium env. Raises :class:`EnvError` naming the id or entry point."""
@@ -194,6 +222,6 @@ def make_gym_env(env_id: str | None = None, entry_point: str | None = None,
         raise EnvError(f"env {name!r} could not be made: {type(exc).__name__}: {exc} (env.kwargs: {kwargs}). "
                        "Fix the env, or env.kwargs if they are wrong.") from exc
     if not isinstance(env, gym.Env):
-        raise EnvError(f"env {name!r}: the factory returned {type(env).__name__}, not a gymnasium.Env. "
-                       "Return a gymnasium.Env (wrap other APIs in an adapter).")
+        raise EnvError(f"env {name!r}: the factory returned {type(env).__name__}, not a gymnasium.Env."
+                       f"{_api_hint(env)}")
     return env

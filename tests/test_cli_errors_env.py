@@ -311,3 +311,27 @@ def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, cap
     for w in ("ZeroDivisionError: the simulator divides by zero", "'hdppo_t_broken:make'", "hdppo check-env"):
         assert w in err, (w, err)
     sys.modules.pop("hdppo_t_broken", None)
+
+
+def test_a_factory_error_is_not_blamed_on_its_arguments_and_a_pettingzoo_factory_is_named(scratch, capsys):
+    """A TypeError raised inside a factory's body is the factory's error (it was reported as env.kwargs
+    rejected, with no kwargs set); a factory returning a PettingZoo env gets told env.type: pettingzoo."""
+    (scratch / "mods" / "hdppo_t_fac.py").write_text(
+        "def make_typeerr():\n    x = None\n    return x + 1\n"
+        "def make_zoo():\n"
+        "    from hdppo.envs.builtin.corridor import parallel_env\n"
+        "    return parallel_env()\n")
+    sys.modules.pop("hdppo_t_fac", None)
+    base = ["train", CARTPOLE, *TINY, "--working-dir", "mods", "--set", "env.id=null", "--run-dir", "r"]
+    code, err = run(capsys, [*base, "--set", "env.entry_point=hdppo_t_fac:make_typeerr"])
+    assert code == 2 and "the factory raised TypeError: unsupported operand" in err and "(no env.kwargs)" in err, err
+    assert "rejected its arguments" not in err
+    code, err = run(capsys, [*base, "--set", "env.entry_point=hdppo_t_fac:make_typeerr", "--set", "env.kwargs={size: 3}"])
+    assert code == 2 and "rejected its arguments" in err and "Check env.kwargs" in err, err
+    code, err = run(capsys, [*base, "--set", "env.entry_point=hdppo_t_fac:make_zoo"])
+    assert code == 2 and "not a gymnasium.Env. It is a PettingZoo env: set env.type: pettingzoo" in err, err
+    code, err = run(capsys, [*base, "--set", "env.entry_point=hdppo_t_fac:make_zoo", "--set", "env.type=pettingzoo",
+                             "--set", "layers.0.dppo.train_batch_size=256", "--set", "layers.0.ppo.minibatch_size=64"])
+    assert code == 0, err
+    assert not (scratch / "r").exists() or (scratch / "r" / "summary.json").exists()
+    sys.modules.pop("hdppo_t_fac", None)
