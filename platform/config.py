@@ -943,14 +943,27 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
+def _flags_named(msg: str, given: dict[tuple, str]) -> list[str]:
+    """The flags of ``given`` that set a field a check across fields names in ``msg`` (by the
+    field's own name, e.g. 'period' for --set layers.b.period=2): only those can be its cause."""
+    out = []
+    for path, flag in given.items():
+        keys = [k for k in path if isinstance(k, str)]
+        if keys and re.search(rf"\b{re.escape(keys[-1])}\b", msg):
+            out.append(flag)
+    return out
+
+
 def _explain(err: dict, given: dict[tuple, str] | None = None) -> str:
     loc = tuple(err["loc"])
+    if not loc:  # a check across fields: its message names the fields; name the flags that set one
+        msg = err["msg"].removeprefix("Value error, ").rstrip(".")
+        flags = _flags_named(msg, given or {})
+        return msg + (f" (the command line set {', '.join(flags)})." if flags else ".")
     where = _loc_str(loc)
     flag = _given_at(loc, given or {})
     if flag:
         where += f" (from {flag})"
-    elif not loc and given:  # a check across fields: any of the values set may be the cause
-        where += f" (the command line set {', '.join(given.values())})"
     if err["type"] == "extra_forbidden":
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
@@ -1041,8 +1054,8 @@ def validate(data: Any, source: str = "config", given: dict[tuple, str] | None =
     except ValidationError as exc:
         errors = exc.errors()
         lines = [_explain(e, given) for e in errors]
-        flagged = sum(_given_at(tuple(e["loc"]), given or {}) is not None or (not e["loc"] and bool(given))
-                      for e in errors)
+        flagged = sum(_given_at(tuple(e["loc"]), given or {}) is not None
+                      or (not e["loc"] and bool(_flags_named(e["msg"], given or {}))) for e in errors)
         what = f"{source}, as changed on the command line," if flagged else source
         raise ConfigError(f"{what} is invalid: " + " ".join(lines)) from None
 

@@ -95,9 +95,21 @@ def test_an_error_set_on_the_command_line_names_its_flag(tmp_path):
         load_config(p, ["trian.seed=1", "layers.0.ppo.gamma=0.9"])
     two = write(tmp_path, "name: x\nenv: {id: CartPole-v1}\nlayers:\n  - name: a\n    action: {type: discrete, n: 2}\n"
                           "  - name: b\n", name="two.yaml")
-    with pytest.raises(ConfigError, match=r"<top level> \(the command line set --set layers\.b\.period=2\): "
-                                          r"layers\[1\] \(b\)\.period"):
+    with pytest.raises(ConfigError, match=r"as changed on the command line, is invalid: layers\[1\] \(b\)\.period.* "
+                                          r"\(the command line set --set layers\.b\.period=2\)\.$"):
         load_config(two, ["layers.b.period=2"])
+    # ... and not the flags that set fields it does not name (train.total_env_steps is on every tiny run).
+    with pytest.raises(ConfigError) as err:
+        load_config(two, ["layers.b.period=2", "train.total_env_steps=3000"])
+    assert "total_env_steps" not in str(err.value) and "<top level>" not in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(two, ["train.total_env_steps=3000", "groups=[{layers: [a, bb]}]"])
+    assert "unknown layer 'bb'" in str(err.value) and "(the command line set --set groups=" in str(err.value)
+    assert "total_env_steps" not in str(err.value)
+    three = write(tmp_path, two.read_text() + "groups: [{layers: [a, bb]}]\n", name="three.yaml")
+    with pytest.raises(ConfigError) as err:
+        load_config(three, ["train.total_env_steps=3000"])
+    assert str(err.value) == f"{three} is invalid: groups[0]: unknown layer 'bb'; layers are a, b."
 
 
 def test_defaults_come_from_the_seed_articles():
