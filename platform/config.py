@@ -621,8 +621,10 @@ class LayerConfig(_Strict):
             raise ValueError(f"teacher is not supported with policy.encoder {self.policy.encoder!r} yet (the "
                              "learner replays recurrent chunks without the teacher's labels); use 'mlp' or 'cnn'")
         if self.ppo.minibatch_size > self.dppo.train_batch_size:
-            raise ValueError(f"ppo.minibatch_size ({self.ppo.minibatch_size}) must be <= "
-                             f"dppo.train_batch_size ({self.dppo.train_batch_size})")
+            default = "minibatch_size" not in self.ppo.model_fields_set
+            raise ValueError(f"ppo.minibatch_size ({self.ppo.minibatch_size}{', the default' if default else ''}) must "
+                             f"be <= dppo.train_batch_size ({self.dppo.train_batch_size}); set ppo.minibatch_size to "
+                             "a divisor of the batch, or a larger dppo.train_batch_size")
         return self
 
 
@@ -1011,20 +1013,13 @@ def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> tupl
     return tuple(resolved)
 
 
-_E_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
-
-
 def parse_override(text: str) -> tuple[str, Any]:
     """``a.b=value`` with the value parsed as YAML (so numbers, bools, lists and null work)."""
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set layers.0.ppo.lr=1e-4")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw)
-        # YAML 1.1 reads 1e6 (no dot) as text; on a command line it is meant as a number.
-        if isinstance(value, str) and _E_NUMBER.fullmatch(value.strip()):
-            value = float(value)
-        return key.strip(), value
+        return key.strip(), yaml.load(raw, Loader=ConfigLoader)   # 1e6 a number, as in the file
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {text!r}: the value is not valid YAML ({exc}).") from None
 
@@ -1060,6 +1055,18 @@ def validate(data: Any, source: str = "config", given: dict[tuple, str] | None =
         raise ConfigError(f"{what} is invalid: " + " ".join(lines)) from None
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading numbers as YAML 1.2 does: ``1e6`` and ``3e-4`` are floats (YAML
+    1.1, PyYAML's, wants a dot, ``1.0e6``, and reads ``1e6`` as a string that an int field
+    refuses), as the command line's ``--set`` and the RLlib and CleanRL configs users come from."""
+
+
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$"),
+    list("-+0123456789."))
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     """Read, override and validate a YAML config: a file, or a preset by name (``default``).
     Raises :class:`ConfigError` naming the problem."""
@@ -1070,15 +1077,17 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         raise ConfigError(f"{path} is not a text file in UTF-8 (a config is YAML text). Pass the YAML file, "
                           "e.g. configs/default.yaml, or save it as UTF-8.") from None
     if not text.strip():
-        raise ConfigError(f"{path} is empty. A config needs at least name, env and layers: copy a preset "
-                          "(hdppo presets lists them) and edit it.")
+        raise ConfigError(f"{path} is empty. A config needs at least env (name defaults to the file's name, layers to "
+                          "one PPO layer): copy a preset (hdppo presets lists them) and edit it.")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}. Fix the syntax there.") from None
     data = {} if data is None else data
+    if isinstance(data, dict) and "name" not in data:  # the run dir's name: runs/<name>
+        data["name"] = re.sub(r"[^A-Za-z0-9_.\-]", "_", path.stem) or "run"
     _upgrade_run_config(data)
     given: dict[tuple, str] = {}
     for text in overrides or []:

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import yaml
 
 from . import metrics as M
-from .config import Config, load_config, set_path, validate
+from .config import Config, ConfigLoader, load_config, set_path, validate
 from .errors import ConfigError, HdppoError
 
 SWEEP_MD = "sweep.md"
@@ -80,7 +80,7 @@ def parse_grid(specs: list[str]) -> dict[str, list[Any]]:
             if not piece:
                 raise ConfigError(f"--grid {spec!r}: an empty value; separate values with single commas.")
             try:
-                values.append(yaml.safe_load(piece))
+                values.append(yaml.load(piece, Loader=ConfigLoader))
             except yaml.YAMLError as exc:
                 raise ConfigError(f"--grid {key}={piece}: the value is not valid YAML ({exc}).") from None
         if len({json.dumps(v, sort_keys=True, default=str) for v in values}) < len(values):

@@ -229,3 +229,25 @@ def test_the_readme_hierarchy_example_validates():
     assert [layer.name for layer in cfg.layers] == ["strategy", "control"]
     assert cfg.group_dppo(["strategy", "control"]).num_envs_per_worker == 8
     assert cfg.layers[1].schedule.start_after is None and cfg.layers[1].exploration.type == "count"
+
+
+def test_a_newcomers_config_needs_only_env_and_reads_numbers_as_yaml_1_2(tmp_path):
+    """name defaults to the file's name (the README's plug-in example has none); 1e6 and 3e-4 are
+    numbers in the file as on the command line (PyYAML's YAML 1.1 read them as strings, which an
+    int field refused); a minibatch larger than the batch says when its size is the default."""
+    p = write(tmp_path, "env: {id: CartPole-v1}\ntrain: {total_env_steps: 1e6}\nlayers: [{ppo: {lr: 3e-4}}]\n",
+              name="my task.yaml")
+    cfg = load_config(p)
+    assert cfg.name == "my_task" and cfg.train.total_env_steps == 1_000_000 and cfg.layers[0].ppo.lr == 3e-4
+    assert load_config(p, ["train.total_env_steps=2e3", "layers.0.ppo.lr=1.5E-3"]).train.total_env_steps == 2000
+    assert load_config(write(tmp_path, "name: kept\nenv: {id: CartPole-v1}\n")).name == "kept"
+    with pytest.raises(ConfigError, match=r"total_env_steps: Input should be a valid integer, got a number with a "
+                                          r"fractional part"):
+        load_config(write(tmp_path, "env: {id: CartPole-v1}\ntrain: {total_env_steps: 1.5e0}\n"))
+    with pytest.raises(ConfigError, match=r"ppo.minibatch_size \(512, the default\) must be <= dppo.train_batch_size "
+                                          r"\(256\); set ppo.minibatch_size"):
+        load_config(p, ["layers.0.dppo.train_batch_size=256"])
+    with pytest.raises(ConfigError, match=r"ppo.minibatch_size \(300\) must be"):
+        load_config(p, ["layers.0.dppo.train_batch_size=256", "layers.0.ppo.minibatch_size=300"])
+    with pytest.raises(ConfigError, match="A config needs at least env"):
+        load_config(write(tmp_path, "\n", name="empty.yaml"))
