@@ -936,6 +936,7 @@ def run_episodes(sampler: Sampler, episodes: int, keep_infos: bool = False) -> l
     per episode instead, ``infos`` the env's per-agent infos of the step that ended it."""
     n = sampler.N
     quota = [episodes // n + (1 if i < episodes % n else 0) for i in range(n)]
+    played = [0] * n
     out: list = []
     t0 = time.perf_counter()
     while len(out) < episodes:
@@ -943,11 +944,15 @@ def run_episodes(sampler: Sampler, episodes: int, keep_infos: bool = False) -> l
             if quota[ci] > 0:
                 quota[ci] -= 1
                 if not keep_infos:
-                    out.append(float(ret))
-                    continue
-                infos = sampler.now.infos  # the step that ended the episode (before the copy's reset)
-                last = {a: dict(i) for a, i in infos[ci].items()} if infos is not None else {}
-                out.append((float(ret), int(length), last))
+                    out.append(((played[ci], ci), float(ret)))
+                else:
+                    infos = sampler.now.infos  # the step that ended the episode (before the copy's reset)
+                    last = {a: dict(i) for a, i in infos[ci].items()} if infos is not None else {}
+                    out.append(((played[ci], ci), (float(ret), int(length), last)))
+                played[ci] += 1
         if time.perf_counter() - t0 > 3600:
             raise RuntimeError(f"evaluation: {len(out)} of {episodes} episodes ended within an hour")
-    return out
+    # In the copies' order, not the order they ended in: each copy's first episode, then each one's
+    # second, ... so that the list does not depend on the episodes' lengths, and the first k of
+    # `episodes` are the same games for any k up to the number of copies (copy i reset with seed + i).
+    return [value for _, value in sorted(out, key=lambda item: item[0])]

@@ -329,12 +329,16 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="deterministic episodes with a run's last checkpoint")
     e.add_argument("run_dir")
     e.add_argument("--episodes", type=_positive(int), default=10, help="episodes to play (default 10)")
-    e.add_argument("--seed", type=int, default=None, help="the env seed of the first episodes (default: the run's "
-                   "train.seed + 999,983, games the training never saw)")
+    e.add_argument("--seed", type=int, default=None, help="the env seed of the first episode (default: the run's "
+                   "train.seed + 999,983, games the training never saw); up to 8 env copies play at once, copy i "
+                   "seeded seed + i, and episodes are listed copy by copy, so the first k are the same games for "
+                   "any --episodes >= k up to 8")
     e.add_argument("--working-dir", metavar="DIR", help=RUN_WORKING_DIR_HELP)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--video", metavar="PATH", help="record the episodes (one env copy, headless) into PATH, .mp4 or "
-                   ".gif; a hierarchy's frames show the upper layers' commands")
+                   ".gif; a hierarchy's frames show the upper layers' commands. The episodes are played in turn on "
+                   "that one copy, and the returns printed are theirs: after the first, other games than without "
+                   "--video")
     e.add_argument("--overwrite", action="store_true", help="replace the --video file if it exists")
     e.add_argument("--fps", type=_positive(float), help="frames a second of the video (default the env's render_fps, else 30)")
     e.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="latest", help=CHECKPOINT_HELP)

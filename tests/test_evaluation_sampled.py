@@ -65,3 +65,19 @@ def test_hdppo_eval_sampled_actions(tmp_path, capsys):
     assert greedy["sampled_actions"] is False and greedy["returns"] != sampled["returns"]
     assert main(["eval", str(tmp_path / "run"), "--sampled-actions", "--video", str(tmp_path / "v.mp4")]) != 0
     assert "--sampled-actions" in capsys.readouterr().err
+
+
+def test_evaluation_lists_episodes_copy_by_copy_whatever_their_lengths(tmp_path):
+    """Episodes come in the copies' order (each copy's first, then each one's second), not in the order
+    they ended: the first k of any evaluation are the same games (copy i reset with seed + i) for
+    every number of episodes from k to the number of copies, and a longer run extends a shorter one."""
+    cfg = tiny_config(train={"total_env_steps": 256, "checkpoint_every": 100, "eval_episodes": 0})
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+    run = lambda n, copies: [(e.ret, e.length) for e in evaluate_episodes(validate(cfg), states, n, seed=11,  # noqa: E731
+                                                                          num_envs=copies)]
+    five = run(5, 8)
+    assert run(2, 8) == five[:2] and run(3, 8) == five[:3]
+    assert len({length for _, length in five}) > 1          # lengths differ, so the order is not theirs
+    twelve = run(12, 4)
+    assert twelve[:4] == run(4, 4) == five[:4] and twelve[4:8] != twelve[:4]
