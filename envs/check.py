@@ -2,6 +2,7 @@
 through hdppo's own adapter, reporting exactly what is wrong."""
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
@@ -187,7 +188,8 @@ def _env_warnings(caught: list) -> dict[str, int]:
     notes about themselves."""
     out: dict[str, int] = {}
     for w in caught:
-        text = str(w.message).strip()
+        # Gymnasium's logger colours its warnings for a terminal (ANSI codes) even into a file or pipe.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(w.message)).strip()
         if not text.startswith(_CHECKER_NOISE):
             out[text] = out.get(text, 0) + 1
     return out

@@ -89,6 +89,8 @@ def _run_dir_config(run_dir: Path, fix: str, working_dir: str | None = None):
     from .config import load_config
     from .errors import CheckpointError, ConfigError
 
+    if not run_dir.exists():
+        raise CheckpointError(f"run dir {run_dir} does not exist. {fix}")
     if not (run_dir / "config.yaml").is_file():
         raise CheckpointError(f"{run_dir} is not an hdppo run dir (no config.yaml). {fix}")
     cfg = load_config(run_dir / "config.yaml")
@@ -144,7 +146,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{ckpt.name}: {len(returns)} episodes, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+        print(f"{ckpt.name}: {len(returns)} episode{'' if len(returns) == 1 else 's'}, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
         if args.scripted:
             print(f"  acting by their teacher.policy, not their weights: {', '.join(args.scripted)}")
         if args.sampled_actions:
@@ -200,6 +202,15 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     from ..envs.check import check_target
 
     target = args.target
+    if ":" not in target and not Path(target).exists():  # a preset by name, as train takes it
+        import gymnasium as gym
+
+        from .presets import preset_paths
+
+        presets = preset_paths()
+        name = Path(target).stem if target.endswith((".yaml", ".yml")) else target
+        if name in presets and target not in gym.registry:
+            target = str(presets[name])
     if target.endswith((".yaml", ".yml")) and Path(target).exists():
         from .config import load_config
 
@@ -253,7 +264,7 @@ def _cmd_scale(args: argparse.Namespace) -> int:
 
     if not is_training(run_dir):
         sets = " ".join(f"--set {o}" for o in _worker_overrides(cfg, args.group, args.workers))
-        raise ConfigError(f"hdppo scale: no trainer is running {run_dir} now (its lock is free), and scale resizes a "
+        raise ConfigError(f"no trainer is running {run_dir} now (its lock is free), and scale resizes a "
                           f"training in progress. To continue this run with another worker count, resume it with "
                           f"the count set: hdppo train {run_dir / 'config.yaml'} --run-dir {run_dir} --resume {sets}")
     request_scale(run_dir, args.workers, args.group)
@@ -312,8 +323,18 @@ RUN_WORKING_DIR_HELP = ("the folder of the run's env and reward modules, put on 
                         "that folder without --working-dir)")
 
 
+def _version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("hdppo")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hdppo", description="Hierarchical multi-agent distributed PPO on Ray.")
+    p.add_argument("--version", action="version", version=f"hdppo {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train from a YAML config")
@@ -431,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         return args.fn(args)
+    except BrokenPipeError:  # the output piped into `head` and the like, which closed it: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit's flush
+        return 0
     except HdppoError as exc:
         exc = _cause(exc)
         width = 100 if not sys.stderr.isatty() else min(os.get_terminal_size(2).columns, 100)

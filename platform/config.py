@@ -993,8 +993,11 @@ def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> tupl
             idx = int(part) if part.isdigit() else next(
                 (j for j, item in enumerate(node) if isinstance(item, dict) and item.get("name") == part), None)
             if idx is None or idx >= len(node):
-                raise ConfigError(f"{source} {dotted}: no list entry '{part}' at {'.'.join(parts[:i]) or 'top'}; "
-                                  f"use an index (0..{len(node) - 1}) or a layer name.")
+                names = [item["name"] for item in node if isinstance(item, dict) and "name" in item]
+                close = difflib.get_close_matches(part, names, n=1)
+                raise ConfigError(f"{source} {dotted}: no list entry '{part}' at {'.'.join(parts[:i]) or 'top'}"
+                                  f"{f' (did you mean {close[0]!r}?)' if close else ''}; use an index "
+                                  f"(0..{len(node) - 1}){' or a name: ' + ', '.join(names) if names else ''}.")
             resolved.append(idx)
             if last:
                 node[idx] = value

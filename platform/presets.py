@@ -7,6 +7,8 @@ runs/ant_navigate_walk``) stay relative to the folder the command runs in, as ``
 """
 from __future__ import annotations
 
+import difflib
+
 import importlib.util
 from pathlib import Path
 
@@ -52,8 +54,10 @@ def resolve_config_path(arg: str | Path) -> Path:
     name = path.stem if looks_like_name else None
     if name in presets:
         return presets[name]
+    close = difflib.get_close_matches(name, list(presets), n=1) if looks_like_name and name else []
     missing = (f"{arg} is a folder, not a config file" if path.is_dir() else f"config file {arg} does not exist") + \
-        (f", and no preset is named {name!r}" if looks_like_name else "")
+        (f", and no preset is named {name!r}" if looks_like_name else "") + \
+        (f" (did you mean {close[0]!r}?)" if close else "")
     listed = (f", or one of the presets: {', '.join(presets)} (`hdppo presets` says what each trains)" if presets else
               "; no presets are installed here (pip install . from the repository installs them)")
     raise ConfigError(f"{missing}. Pass the path to a YAML file, e.g. configs/default.yaml{listed}.")

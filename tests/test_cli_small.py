@@ -1,0 +1,65 @@
+"""The CLI's small courtesies, each found by a newcomer's first hour: --version, a pipe closed early,
+did-you-mean for presets and layer names, a run dir that does not exist, check-env taking a preset
+by name, and checker warnings without terminal colour codes."""
+import subprocess
+import sys
+import warnings
+
+from hdppo.envs.check import _env_warnings
+from hdppo.platform.cli import main
+
+
+def _err(capsys, argv):
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, " ".join(captured.err.split()), captured.out
+
+
+def test_version(capsys):
+    try:
+        main(["--version"])
+    except SystemExit as exit_:
+        assert exit_.code == 0
+    assert capsys.readouterr().out.startswith("hdppo ")
+
+
+def test_output_into_a_pipe_closed_early_is_not_an_error():
+    """`hdppo schema | head`: the reader leaves after the first bytes. The pipe is made 4 KB so that
+    the schema (~55 KB) is still being written when it closes, every time."""
+    import fcntl
+    import os
+
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ
+    proc = subprocess.Popen([sys.executable, "-m", "hdppo.platform.cli", "schema"], stdout=w, stderr=subprocess.PIPE,
+                            text=True)
+    os.close(w)
+    assert os.read(r, 1) == b"{"
+    os.close(r)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_misspelt_names_get_a_suggestion(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err, _ = _err(capsys, ["train", "defualt"])
+    assert code == 2 and "no preset is named 'defualt' (did you mean 'default'?)" in err
+    code, err, _ = _err(capsys, ["train", "default", "--set", "layers.contrl.ppo.lr=0.1"])
+    assert code == 2 and "(did you mean 'control'?)" in err and "or a name: strategy, control" in err
+    code, err, _ = _err(capsys, ["eval", "runs/nope"])
+    assert code == 2 and "run dir runs/nope does not exist" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_check_env_takes_a_preset_by_name(capsys):
+    code, _, out = _err(capsys, ["check-env", "default", "--steps", "20"])
+    assert code == 0 and "corridor" in out and "parallel_api_test: passed" in out
+
+
+def test_checker_warnings_lose_their_terminal_colours():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("\x1b[33mWARN: the observation is not float32\x1b[0m")
+        warnings.warn("WARN: plain")
+    assert _env_warnings(caught) == {"WARN: the observation is not float32": 1, "WARN: plain": 1}
