@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
+import yaml
 
 from . import metrics as M
 from .backend import make_backend
@@ -243,12 +244,34 @@ class Trainer:
             self._offsets = dict(state.get("budget", {}).get("offsets", {}))
             self._increments = dict(state.get("budget", {}).get("increments", {}))
             self._checkpointed = True
-        (self.run_dir / "config.yaml").write_text(dump_config(self.cfg))
+        text = dump_config(self.cfg)
+        if self.resume:
+            self._keep_changed_config(text)
+        (self.run_dir / "config.yaml").write_text(text)
         self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
         if self.cfg.diagnostics.every:
             self.metrics.prepare_coverage()
         for layer in self.cfg.layers:
             self.metrics.hyperparameters(layer.name, M.flatten(self.cfg.model_dump(mode="json") | {"layers": [layer.model_dump(mode="json")]}))
+
+    def _keep_changed_config(self, text: str) -> None:
+        """A resume under a changed config (new --set values): say what changed, and keep the config
+        the run had so far beside it, so that the run dir still tells how its first part was trained."""
+        old_path = self.run_dir / "config.yaml"
+        if not old_path.is_file() or old_path.read_text() == text:
+            return
+        before = M.flatten(yaml.safe_load(old_path.read_text()) or {})
+        after = M.flatten(yaml.safe_load(text) or {})
+        changed = [f"{k} {before.get(k, '(unset)')} -> {after.get(k, '(unset)')}" for k in sorted(set(before) | set(after))
+                   if before.get(k) != after.get(k)]
+        if not changed:
+            return
+        n = 1 + sum(1 for _ in self.run_dir.glob("config.before-resume-*.yaml"))
+        kept = self.run_dir / f"config.before-resume-{n}.yaml"
+        kept.write_text(old_path.read_text())
+        print(f"[hdppo] resuming with a changed config: {'; '.join(changed[:8])}"
+              f"{f' (and {len(changed) - 8} more)' if len(changed) > 8 else ''}. The config until now is kept as "
+              f"{kept.name}.", flush=True)
 
     def _resume_error(self, ckpt: Path, what: str) -> CheckpointError:
         """--resume with a config whose layers differ from the checkpoint's: the command that resumes it."""

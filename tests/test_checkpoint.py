@@ -235,3 +235,26 @@ def test_on_ray_the_checkpoint_is_the_learners_state_after_the_last_update(tmp_p
     assert any(not torch.equal(first["policy"][k], saved["policy"][k]) for k in saved["policy"])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sorted(r["step"] for r in rows if r["tag"] == PERF_ENV_STEPS_PER_S) == [256, 512]
+
+
+def test_resume_with_changed_settings_says_what_changed_and_keeps_the_config_it_had(tmp_path, capsys):
+    """A resume may change hyperparameters (--set); config.yaml then holds the new ones, so the one
+    the run had so far is kept beside it and the change is printed; an unchanged resume keeps nothing."""
+    import yaml
+
+    from hdppo.platform.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config()))
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
+    assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume"]) == 0
+    assert not list(run.glob("config.before-resume-*.yaml"))
+    capsys.readouterr()
+    assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume",
+                 "--set", "layers.0.ppo.gamma=0.5", "--set", "train.total_env_steps=1024"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "resuming with a changed config: layers[0].ppo.gamma 0.99 -> 0.5; train.total_env_steps 512 -> 1024" in out
+    kept = yaml.safe_load((run / "config.before-resume-1.yaml").read_text())
+    assert kept["layers"][0]["ppo"]["gamma"] == 0.99
+    assert yaml.safe_load((run / "config.yaml").read_text())["layers"][0]["ppo"]["gamma"] == 0.5
