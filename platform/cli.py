@@ -26,7 +26,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     ev = (f"; deterministic eval return {summary['eval_return_mean']:.1f} ± {summary['eval_return_std']:.1f}"
           if "eval_return_mean" in summary else "")
     total = f" ({summary['total_s']:.0f}s with start-up and evaluation)" if "total_s" in summary else ""
-    print(f"[hdppo] done: {summary['env_steps']:,} env steps in {summary['wall_s']:.0f}s of training{total}{ev}")
+    over = summary.get("total_env_steps")
+    # Updates take whole train batches, so the last one may pass train.total_env_steps.
+    past = (f" (train.total_env_steps {over:,}, passed by the last update's whole batch)"
+            if over and summary["env_steps"] > over else "")
+    print(f"[hdppo] done: {summary['env_steps']:,} env steps{past} in {summary['wall_s']:.0f}s of training{total}{ev}")
     print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, summary.json, checkpoints/)")
     print(f"[hdppo] TensorBoard logs: {run_dir}/tb  ->  tensorboard --logdir {run_dir}/tb")
     return 0

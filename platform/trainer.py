@@ -590,7 +590,7 @@ class Trainer:
             progress.close()
             self.metrics.flush()
         wall = time.time() - t_start
-        summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall,
+        summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall, "total_env_steps": total,
                                    "last_return": last_return, "run_dir": str(self.run_dir)}
         if self.stop:  # in the loop, or while its last checkpoint was written
             self.metrics.close()

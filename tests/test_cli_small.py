@@ -63,3 +63,18 @@ def test_checker_warnings_lose_their_terminal_colours():
         warnings.warn("\x1b[33mWARN: the observation is not float32\x1b[0m")
         warnings.warn("WARN: plain")
     assert _env_warnings(caught) == {"WARN: the observation is not float32": 1, "WARN: plain": 1}
+
+
+def test_the_done_line_says_when_the_last_batch_passed_the_budget(capsys, tmp_path):
+    import yaml
+
+    from conftest import tiny_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(train={"total_env_steps": 300, "eval_episodes": 0})))
+    assert main(["train", str(cfg), "--run-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "done: 512 env steps (train.total_env_steps 300, passed by the last update's whole batch)" in out
+    cfg.write_text(yaml.safe_dump(tiny_config(train={"total_env_steps": 512, "eval_episodes": 0})))
+    assert main(["train", str(cfg), "--run-dir", str(tmp_path / "b")]) == 0
+    assert "done: 512 env steps in" in capsys.readouterr().out
