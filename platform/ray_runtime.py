@@ -50,11 +50,19 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, working_di
     # as it does in the driver. (On a cluster, ray.working_dir ships it.)
     path = os.pathsep.join(p for p in (working_dir, os.getcwd(), os.environ.get("PYTHONPATH")) if p)
     kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+    # Ray 2.60 turns token authentication on for a local instance wherever ~/.ray/auth_token exists
+    # (a cluster set up as "Run on a cluster" says), and says so at WARNING on every start: a note
+    # about a safe default, not a problem with this run.
+    auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = auth_log.level
+    auth_log.setLevel(logging.ERROR)
     try:
         _init_keeping_handlers(kwargs, block_sigterm=True)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         raise RayStartError(f"could not start or reach an embedded local Ray: {_first_line(exc)}. Check free memory "
                             "and /tmp space, or run `ray stop` to clear a stale instance.") from None
+    finally:
+        auth_log.setLevel(level)
     return float(ray.cluster_resources().get("CPU", 1))
 
 
