@@ -134,7 +134,8 @@ def check_target(target: Any, steps: int = 200) -> str:
         except EnvError:
             raise
         except Exception as exc:  # noqa: BLE001 - the checkers raise many kinds; all mean "broken env"
-            raise EnvError(f"env {name!r} fails {_checker_name(env, kind)}: {type(exc).__name__}: {exc}") from None
+            why = _why_observation(target) if kind == "gymnasium" and "observation space" in str(exc) else ""
+            raise EnvError(f"env {name!r} fails {_checker_name(env, kind)}: {type(exc).__name__}: {exc}{why}") from None
     env, kind, name, _ = _make(target)  # the checker consumed the first copy
     if kind == "gymnasium":
         env.close()
@@ -176,6 +177,20 @@ def check_target(target: Any, steps: int = 200) -> str:
              "all outputs finite and in their spaces"]
     lines += [f"  warning: {text}" + (f" (x{n})" if n > 1 else "") for text, n in warned.items()]
     return "\n".join(lines)
+
+
+def _why_observation(target: Any) -> str:
+    """What is wrong with a fresh copy's first observation (Gymnasium's checker says only that it
+    is not in the space), as training would say it: the shape, the dtype or a value."""
+    try:
+        env = _make(target)[0]
+        obs, _ = env.reset(seed=0)
+        reason = why_outside(env.observation_space, obs)
+        env.close()
+    except Exception:  # noqa: BLE001 - the checker's own message stands without the detail
+        return ""
+    return (f" Its first observation: {reason}. Make the env return observations inside its declared space "
+            "(dtype included), or declare the space it really produces.") if reason else ""
 
 
 # Warnings that a checker raises about itself, whatever the env: PettingZoo's test helpers make

@@ -21,7 +21,7 @@ class CountdownEnv(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
-        return np.array([0.0], np.float32), {}
+        return np.array([0.0], np.float64 if self.bad == "float64" else np.float32), {}
 
     def step(self, action):
         self.t += 1
@@ -178,6 +178,11 @@ def pick_largest(**kwargs):
 
 def countdown_wrong_shape():
     return gym.wrappers.TimeLimit(CountdownEnv(bad="wrong_shape"), 10)
+
+
+def countdown_float64():
+    """Its reset observation is float64 where the space says float32 (a newcomer's usual slip)."""
+    return gym.wrappers.TimeLimit(CountdownEnv(bad="float64"), 10)
 
 
 def countdown_nan():

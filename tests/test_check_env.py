@@ -25,6 +25,10 @@ def test_check_env_names_what_is_broken():
         check_target("scripted_envs:countdown_wrong_shape", steps=10)
     with pytest.raises(EnvError, match="non-finite"):
         check_target("scripted_envs:countdown_nan", steps=10)
+    # Gymnasium's checker says only "not within the observation space"; the report says why.
+    with pytest.raises(EnvError, match=r"fails check_env: .* Its first observation: dtype float64, the space's is "
+                                       r"float32 \(cast it, e.g. obs.astype\(np.float32\)\)"):
+        check_target("scripted_envs:countdown_float64", steps=10)
 
 
 def test_check_env_checks_a_batched_env_against_the_contract(capsys):
