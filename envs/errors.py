@@ -42,8 +42,10 @@ def user_code_error(label: str, path: str, exc: BaseException, called_as: str = 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # hdppo's packages live below it
     ours = tuple(os.path.join(root, d) + os.sep for d in ("platform", "envs", "policies", "hierarchies"))
     user = [f for f in frames if not f.filename.startswith(ours) and "site-packages" not in f.filename
-            and os.sep + "lib" + os.sep + "python" not in f.filename] or frames
-    where = f" (at {user[-1].filename}, line {user[-1].lineno}, in {user[-1].name})" if user else ""
+            and os.sep + "lib" + os.sep + "python" not in f.filename]
+    # No frame of the user's: the function returned, and hdppo could not use what it returned.
+    where = (f" (at {user[-1].filename}, line {user[-1].lineno}, in {user[-1].name})" if user
+             else " (on the value it returned)")
     return UserCodeError(f"{label} {path!r} raised {type(exc).__name__}: {exc}{where}. It is the function's own "
                          f"error, and it would fail the same on every worker, so the run stops.{called_as} Fix the "
                          "function and train again.")

@@ -59,16 +59,12 @@ DENSE_VALUE_SHARE = 0.8
 DENSE_ACT_MIN_WIDTH = 256
 DENSE_ACT_SHARE = 0.75
 
-
-
 # How an intrinsic reward is called, for the error that names it (reward_fn's contract: envs/rewards.py).
 _REWARD_CALL = (" It is called for one lane with keyword arguments command, obs, next_obs (float32 arrays), action "
                 "(the layer's action as a float array: one entry for Discrete, one per entry of MultiDiscrete or Box) "
                 "and info (the agent's info dict; a dict per member for an upper layer).")
 _VECTORIZED_REWARD_CALL = (" It is vectorised (reward_fn(vectorized=True)): called with keyword arguments command, "
                            "obs, next_obs and action, each an array with a row per lane, and info (InfoRows).")
-
-
 
 
 @dataclass

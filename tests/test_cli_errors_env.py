@@ -270,16 +270,20 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
         "def view(raw_obs, members, env):\n"
         "    return raw_obs['nobody']\n"
         "def teacher(raw_obs, members, env):\n"
-        "    raise ValueError('no rule for this state')\n")
+        "    raise ValueError('no rule for this state')\n"
+        "def reward_none(command, obs, next_obs, action, info):\n"
+        "    return None\n")
     sys.modules.pop("hdppo_t_raise", None)
     base = ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r"]
     for field, value, words in (
             ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_dict",
              ["layers[1] (control).reward.intrinsic_fn 'hdppo_t_raise:reward_dict' raised TypeError",
-              "hdppo_t_raise.py, line 8, in reward_dict", "It is called for one lane with keyword arguments"]),
+              "hdppo_t_raise.py, line 10, in reward_dict", "It is called for one lane with keyword arguments"]),
             ("layers.strategy.observation.source", "hdppo_t_raise:view",
              ["layers[0] (strategy).observation.source 'hdppo_t_raise:view' raised KeyError: 'nobody'",
               "hdppo_t_raise.py, line 4, in view", "view(raw_obs, members, env)"]),
+            ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_none",
+             ["'hdppo_t_raise:reward_none' raised TypeError", "(on the value it returned)"]),
             ("layers.strategy.teacher", "{policy: 'hdppo_t_raise:teacher'}",
              ["layers[0] (strategy).teacher.policy 'hdppo_t_raise:teacher' raised ValueError: no rule for this state",
               "hdppo_t_raise.py, line 6, in teacher"])):

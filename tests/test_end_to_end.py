@@ -77,7 +77,8 @@ def test_cli_train_eval_and_schema(tmp_path):
     (["train", "configs/cartpole.yaml", "--set", "env.id=NoSuchEnv-v9", "--set", "ray.backend=local"], "not registered"),
     (["train", "configs/cartpole.yaml", "--set", "layers.0.ppo.clip=3"], "layers[0].ppo.clip"),
     (["train", "configs/default.yaml", "--address", "127.0.0.1:1"], "nothing answers at Ray address"),
-    (["eval", "/nonexistent"], "not an hdppo run dir"),
+    (["eval", "/nonexistent"], "run dir /nonexistent does not exist"),
+    (["eval", "/"], "/ is not an hdppo run dir (no config.yaml)"),
 ])
 def test_cli_errors_are_one_paragraph_non_zero_and_leave_nothing(tmp_path, args, match):
     run_dir = tmp_path / "run"
