@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import importlib.metadata
 import inspect
+import re
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -109,6 +110,15 @@ def _accepts(fn: Callable[..., Any], kwargs: dict) -> bool:
     return True
 
 
+def _rejects(fn: Callable[..., Any], kwargs: dict, exc: TypeError) -> bool:
+    """Whether a TypeError from ``fn(**kwargs)`` is about those arguments: the signature refuses
+    them, or a factory taking ``**kwargs`` passed one on to something that did not know it."""
+    if not _accepts(fn, kwargs):
+        return True
+    unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+    return bool(unknown and unknown.group(1) in kwargs)
+
+
 def call_factory(factory: Callable[..., Any], name: str, kwargs: dict, how: str = "") -> Any:
     """``factory(**kwargs)`` for the env ``name`` (its entry point or id): a user's factory that
     raises becomes :class:`EnvError` naming it, the exception and the arguments it was called with.
@@ -118,7 +128,7 @@ def call_factory(factory: Callable[..., Any], name: str, kwargs: dict, how: str 
     except HdppoError:
         raise  # the env's own clear error
     except Exception as exc:  # noqa: BLE001 - any error in the user's factory: say which, what and with what
-        if isinstance(exc, TypeError) and not _accepts(factory, kwargs):
+        if isinstance(exc, TypeError) and _rejects(factory, kwargs, exc):
             raise EnvError(f"env {name!r} rejected its arguments ({exc}){': ' + how if how else ''}. Check "
                            "env.kwargs in the config and the factory's signature.") from exc
         call = _call_text(name, kwargs)
