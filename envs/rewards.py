@@ -1,7 +1,10 @@
 """Named command-following (intrinsic) rewards, registered by the env module that owns them.
 
 An env module registers its rewards with ``@register_reward("name")``; a layer names one in
-``reward.intrinsic_fn``, or gives any function as ``package.module:function``.
+``reward.intrinsic_fn``, or gives any function as ``package.module:function``. A registered reward
+may say which layers it fits (``layer="bottom"`` or ``"upper"``, ``commands=`` the width of the
+one-hot command it reads); a config naming it on another layer is refused at load, since it would
+pay 0 on every step.
 :func:`resolve_reward` returns a :class:`RewardFn`, which says how to call it.
 
 Scalar (the default): called once per env step for each lane (agent) of the layer::
@@ -46,7 +49,7 @@ from typing import Any, Callable
 from .errors import ConfigError
 from .loading import check_signature, import_object
 
-__all__ = ["RewardFn", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
+__all__ = ["RewardFn", "check_reward_fits", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +59,11 @@ class RewardFn:
     fn: Callable[..., Any]
     vectorized: bool = False
     name: str = ""
+    # What a named reward was written for, checked when a config names it: "bottom" (one agent's
+    # info per lane), "upper" (a lane's members' infos by name) or "any"; and the command's width
+    # it reads (a one-hot of that many), None for any.
+    layer: str = "any"
+    commands: int | None = None
 
     def __call__(self, **kwargs: Any) -> Any:
         return self.fn(**kwargs)
@@ -64,15 +72,19 @@ class RewardFn:
 _REGISTRY: dict[str, RewardFn] = {}
 
 
-def register_reward(name: str, *, vectorized: bool = False):
+def register_reward(name: str, *, vectorized: bool = False, layer: str = "any", commands: int | None = None):
     """Function decorator: make ``reward.intrinsic_fn: <name>`` call this function.
     ``vectorized=True`` says it takes stacked arrays (see the module docstring); the same holds
-    when it is named by path."""
+    when it is named by path. ``layer`` ('bottom', 'upper' or 'any') and ``commands`` (the width
+    of the one-hot command it reads) say where it applies: a config naming it elsewhere is refused
+    (it would pay 0 on every step, silently)."""
     if not name or ":" in name:
         raise ValueError(f"reward name {name!r}: use a plain name ('module:function' paths need no registering)")
+    if layer not in ("bottom", "upper", "any"):
+        raise ValueError(f"reward {name!r}: layer must be 'bottom', 'upper' or 'any', not {layer!r}")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[name] = RewardFn(fn, vectorized, name)
+        _REGISTRY[name] = RewardFn(fn, vectorized, name, layer, commands)
         fn.__hdppo_vectorized__ = vectorized  # type: ignore[attr-defined]
         return fn
 
@@ -97,6 +109,25 @@ def is_known_reward(name: str) -> bool:
         module_name, _, attr = name.partition(":")
         return bool(module_name and attr)
     return name in _REGISTRY or name in _builtin_modules()
+
+
+def check_reward_fits(reward: RewardFn, field: str, layer_name: str, bottom: bool, command_width: int) -> None:
+    """A :class:`ConfigError` naming ``field`` when the named ``reward`` was written for another
+    kind of layer or command than layer ``layer_name`` has (its lanes are agents when ``bottom``;
+    ``command_width``: the one-hot command it receives from above, 0 on the top layer)."""
+    wrong = []
+    if reward.layer == "bottom" and not bottom:
+        wrong.append("it reads one agent's info per lane, as a bottom layer has, and this is an upper layer "
+                     "(its lanes hold several agents)")
+    if reward.layer == "upper" and bottom:
+        wrong.append("it reads a lane's member agents, as an upper layer has, and this is the bottom layer")
+    if reward.commands is not None and command_width != reward.commands:
+        wrong.append(f"it reads a command of {reward.commands} choices and this layer receives "
+                     + (f"{command_width}" if command_width else "none (it is the top layer)"))
+    if wrong:
+        raise ConfigError(f"{field} {reward.name!r} does not fit layer {layer_name!r}: {'; '.join(wrong)}. It would "
+                          "pay 0 on every step. Use it where it fits (see its docstring), or give this layer a "
+                          "module:function reward of its own.")
 
 
 def resolve_reward(name_or_path: str, field: str = "intrinsic_fn") -> RewardFn:

@@ -225,9 +225,13 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
             check_signature(spec.teacher_fn, field, "fn(raw_obs, members, env, **teacher.kwargs)", None, None, None, **kw)
     if layer.reward.intrinsic_fn:
         # Resolved here, in the driver's probe, so that a broken reward module fails before any actor starts.
+        from ..envs.rewards import check_reward_fits
         from .intrinsic import resolve, reward_field
 
-        resolve(layer.reward.intrinsic_fn, reward_field(spec.index, spec.name))
+        field = reward_field(spec.index, spec.name)
+        above = specs[spec.index - 1] if spec.index > 0 else None
+        check_reward_fits(resolve(layer.reward.intrinsic_fn, field), field, spec.name, spec.bottom,
+                          above.cfg.action.command_dim() if above is not None else 0)
 
 
 def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) -> dict[str, Any] | None:

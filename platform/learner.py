@@ -480,7 +480,8 @@ class Learner:
                 out[M.LOSS_TEACHER_REPLAY] = _mean([e for e in logs if "teacher_replay" in e], "teacher_replay")
         if any("bounds" in entry for entry in logs):
             out[M.LOSS_BOUNDS] = _mean([e for e in logs if "bounds" in e], "bounds")
-        if any(s.intrinsic_reward_mean for s in stats):
+        if self.layer.reward.intrinsic_fn or any(s.intrinsic_reward_mean for s in stats):
+            # Charted whenever the layer has one, 0 included: a reward that never pays must show as 0.
             out[M.CHART_REWARD_INTRINSIC] = float(np.mean([s.intrinsic_reward_mean for s in stats]))
         if any(s.bonus_mean for s in stats):
             out[M.CHART_EXPLORATION_BONUS] = float(np.mean([s.bonus_mean for s in stats]))

@@ -65,3 +65,29 @@ def test_unknown_names_list_the_registered_ones():
         resolve("corridor")
     with pytest.raises(ConfigError, match="cannot import 'nope' from 'test_rewards'"):
         resolve("test_rewards:nope")
+
+
+def test_a_named_reward_on_a_layer_it_was_not_written_for_is_refused_and_a_zero_one_is_charted(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """corridor_follow reads one agent's info and a left/right command: on an upper layer, or under
+    a 3-way command, it paid 0 on every step without a word (and its chart, never above 0, was not
+    written). Now the config is refused naming the field; a reward that pays 0 is charted as 0."""
+    import json
+
+    from hdppo.platform.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    base = ["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+            "--set", "train.total_env_steps=512", "--set", "train.eval_episodes=0", "--run-dir", "r"]
+    assert main([*base, "--set", "layers.strategy.reward={env: 1.0, intrinsic: 0.1, intrinsic_fn: corridor_follow}"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("layers[0] (strategy).reward.intrinsic_fn 'corridor_follow' does not fit layer 'strategy': it reads one "
+            "agent's info per lane") in err and "none (it is the top layer)" in err
+    assert main([*base, "--set", "layers.strategy.action.n=3"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "it reads a command of 2 choices and this layer receives 3" in err and not (tmp_path / "r").exists()
+    (tmp_path / "zero_reward.py").write_text("def pay_nothing(**_):\n    return 0.0\n")
+    assert main([*base, "--set", "layers.control.reward.intrinsic_fn=zero_reward:pay_nothing"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    charted = [r["value"] for r in rows if r["tag"] == "charts/reward_intrinsic" and r["layer"] == "control"]
+    assert charted and all(v == 0.0 for v in charted)
