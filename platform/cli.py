@@ -279,8 +279,9 @@ def _cmd_scale(args: argparse.Namespace) -> int:
 
 def _worker_overrides(cfg, group: str | None, workers: int) -> list[str]:
     """The --set values that give ``group`` (layers joined by '+'; None: every group) ``workers``
-    workers: its ``groups[i].dppo`` where the group states its count there, else every layer of it
-    (the layers of a group must agree)."""
+    workers: every layer of it (the layers of a group must agree), and its ``groups[i].dppo`` too
+    where the group states its count there (a run dir's config.yaml writes the group's count into
+    each of its layers as well, so one without the other would disagree)."""
     from .config import GroupSpec, _members
 
     out = []
@@ -289,8 +290,8 @@ def _worker_overrides(cfg, group: str | None, workers: int) -> list[str]:
             continue
         stated = next((i for i, g in enumerate(cfg.groups or []) if isinstance(g, GroupSpec)
                        and set(names) <= set(_members(g)) and "num_workers" in g.dppo), None)
-        out += ([f"groups.{stated}.dppo.num_workers={workers}"] if stated is not None
-                else [f"layers.{n}.dppo.num_workers={workers}" for n in names])
+        out += ([f"groups.{stated}.dppo.num_workers={workers}"] if stated is not None else []) + \
+            [f"layers.{n}.dppo.num_workers={workers}" for n in names]
     return out
 
 

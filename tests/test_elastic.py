@@ -181,3 +181,29 @@ def test_a_resize_waits_for_ray_to_see_the_cpus_of_workers_just_removed(monkeypa
     monkeypatch.setattr(G, "RESOURCE_SETTLE_S", 0.2)  # a cluster that is really full: fewer, after the wait
     g.backend.freed_at = None
     assert g.resize(3) == 2
+
+
+def test_the_resume_command_scale_prints_works_for_a_config_with_groups(tmp_path, capsys):
+    """A group stating its dppo once (groups: [{layers, dppo}]): the run dir's config.yaml holds the
+    count in the group and in its layers, and the printed --set gave the group's only, which then
+    disagreed with its layers. The command scale prints must run as printed."""
+    import shlex
+
+    import yaml
+
+    cfg = tiny_config(layers=[{"name": "control", "ppo": {"minibatch_size": 64, "num_epochs": 1},
+                               "dppo": {"train_batch_size": 256}}],
+                      groups=[{"layers": ["control"], "dppo": {"num_workers": 2, "num_envs_per_worker": 2}}],
+                      train={"total_env_steps": 256, "checkpoint_every": 1, "eval_episodes": 0})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run_dir = tmp_path / "run"
+    assert main(["train", str(path), "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    assert main(["scale", str(run_dir), "--workers", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    printed = err[err.index("hdppo train "):].rstrip(".")
+    assert "--set groups.0.dppo.num_workers=1" in printed and "--set layers.control.dppo.num_workers=1" in printed
+    argv = shlex.split(printed)[1:] + ["--set", "train.total_env_steps=512"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["groups"][0]["dppo"]["num_workers"] == 1
