@@ -254,6 +254,19 @@ class Trainer:
         for layer in self.cfg.layers:
             self.metrics.hyperparameters(layer.name, M.flatten(self.cfg.model_dump(mode="json") | {"layers": [layer.model_dump(mode="json")]}))
 
+    def _warn_if_update_outgrows_share(self, group: Any, took: float, total: int) -> None:
+        """Once per group: say so when one of its updates takes more env steps than its share of the
+        budget (an upper layer's batch counts decisions, each ``period`` env steps apart), since the
+        run then ends on its whole batches and the other groups get what is left."""
+        share = total / max(len(self.groups), 1)
+        if group.name in self._increments or took <= share or self.quiet:
+            return
+        print(f"[hdppo] group {group.name!r}: one update took {int(took):,} env steps, more than its share of "
+              f"train.total_env_steps ({int(share):,} of {total:,}, shared by {len(self.groups)} group(s)); the run "
+              "ends on whole updates, so the other groups get what is left. Raise train.total_env_steps, or lower "
+              "the group's dppo.train_batch_size (an upper layer's counts decisions, one every `period` env steps).",
+              flush=True)
+
     def _keep_changed_config(self, text: str) -> None:
         """A resume under a changed config (new --set values): say what changed, and keep the config
         the run had so far beside it, so that the run dir still tells how its first part was trained."""
@@ -545,6 +558,7 @@ class Trainer:
                     abandoned = True
                     break
                 for group, b in zip(ready, before):
+                    self._warn_if_update_outgrows_share(group, group.env_steps - b, total)
                     self._increments[group.name] = group.env_steps - b
                 at = [int(group.env_steps) for group in ready]  # before an early update moves them
                 steps, updates = self._env_steps(), updates + 1

@@ -78,3 +78,21 @@ def test_the_done_line_says_when_the_last_batch_passed_the_budget(capsys, tmp_pa
     cfg.write_text(yaml.safe_dump(tiny_config(train={"total_env_steps": 512, "eval_episodes": 0})))
     assert main(["train", str(cfg), "--run-dir", str(tmp_path / "b")]) == 0
     assert "done: 512 env steps in" in capsys.readouterr().out
+
+
+def test_a_group_whose_update_outgrows_its_budget_share_is_told_once(capsys, tmp_path, monkeypatch):
+    """The groups share train.total_env_steps; an upper layer's batch counts decisions (period env
+    steps apart), so one update can take several shares and the run ends on it: said once per group."""
+    from conftest import ROOT
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+                 "--set", "train.total_env_steps=600", "--set", "train.eval_episodes=0", "--run-dir", "r"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("one update took") == 2, out
+    for group in ("strategy", "control"):
+        assert f"group {group!r}: one update took" in out
+    assert "more than its share of train.total_env_steps (300 of 600, shared by 2 group(s))" in out
+    assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+                 "--set", "train.total_env_steps=6000", "--set", "train.eval_episodes=0", "--run-dir", "r2"]) == 0
+    assert "one update took" not in capsys.readouterr().out
