@@ -4,6 +4,7 @@ does adding workers still help, and does it hurt learning?)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,18 @@ def ablate(config: str, counts: list[int], out_dir: Path, overrides: list[str] |
     return rows
 
 
+def _num(value: Any, digits: int) -> str:
+    """A table cell: a number rounded for reading (0.9700000000000001 -> 0.97), '-' for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else str(value)
+
+
 def _write(rows: list[dict[str, Any]], out_dir: Path) -> None:
     (out_dir / "ablation.json").write_text(json.dumps(rows, indent=2))
     head = "| workers | env steps/s | wall s | eval return | last training return |\n|---:|---:|---:|---:|---:|\n"
-    body = "".join(f"| {r['workers']} | {r['env_steps_per_s']} | {r['wall_s']} | {r['eval_return_mean']} | "
-                   f"{r['last_return']} |\n" for r in rows)
+    body = "".join(f"| {r['workers']} | {_num(r['env_steps_per_s'], 0)} | {_num(r['wall_s'], 1)} | "
+                   f"{_num(r['eval_return_mean'], 2)} | {_num(r['last_return'], 2)} |\n" for r in rows)
     (out_dir / "ablation.md").write_text(head + body)
     import matplotlib
 
@@ -74,6 +82,7 @@ def _write(rows: list[dict[str, Any]], out_dir: Path) -> None:
     b.set_xlabel("workers")
     b.set_ylabel("deterministic eval return")
     for ax in (a, b):
+        ax.set_xticks(xs)  # worker counts are whole numbers
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out_dir / "ablation.png", dpi=110)

@@ -251,8 +251,11 @@ class Trainer:
         self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
         if self.cfg.diagnostics.every:
             self.metrics.prepare_coverage()
-        for layer in self.cfg.layers:
-            self.metrics.hyperparameters(layer.name, M.flatten(self.cfg.model_dump(mode="json") | {"layers": [layer.model_dump(mode="json")]}))
+        run = {k: v for k, v in self.cfg.model_dump(mode="json").items() if k != "layers"}
+        for i, layer in enumerate(self.cfg.layers):
+            # The run's settings and this layer's, the layer under its own index (as --set names it).
+            self.metrics.hyperparameters(layer.name, M.flatten(run) | M.flatten(layer.model_dump(mode="json"),
+                                                                                f"layers[{i}]."))
 
     def _warn_if_update_outgrows_share(self, group: Any, took: float, total: int) -> None:
         """Once per group: say so when one of its updates takes more env steps than its share of the

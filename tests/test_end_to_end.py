@@ -110,3 +110,20 @@ def test_plain_progress_line_stops_at_100_percent_when_the_last_rollout_passes_t
     # Whole rollouts: 1,024 steps done of 600 asked, shown as they are, with nothing left to wait for.
     assert progress_line(1024, 600, 30.0, "11.0") == "[hdppo] steps 1,024/600 (100%)  30 steps/s  return 11.0  eta 0s"
     assert progress_line(0, 600, 0.0, "-").endswith("(0%)  0 steps/s  return -  eta -")
+
+
+def test_each_layers_hyperparameter_table_names_it_by_its_own_index(tmp_path):
+    """The TEXT tab's table of the second layer said layers[0].name | control; --set names it layers.1."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hdppo.platform.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "corridor_hierarchy.yaml",
+                      ["ray.backend=local", "train.total_env_steps=1024", "train.eval_episodes=0"])
+    Trainer(cfg, tmp_path / "run", quiet=True).train()
+    acc = EventAccumulator(str(tmp_path / "run" / "tb" / "control"))
+    acc.Reload()
+    tag = next(t for t in acc.Tags()["tensors"] if "hyperparameters" in t)
+    text = acc.Tensors(tag)[0].tensor_proto.string_val[0].decode()
+    assert "| layers[1].name | control |" in text and "| train.total_env_steps | 1024 |" in text
+    assert "layers[0]." not in text
