@@ -146,8 +146,11 @@ def parent_lane(upper: LayerSpec, members: list[str] | None) -> str:
     for lane, up_members in upper.members.items():
         if up_members is None or (members is not None and set(members) <= set(up_members)):
             return lane
-    raise _layer_error(upper, "agents", f"no lane contains {members}; squads of a lower layer must lie "
-                       "inside one squad of the layer above")
+    lanes = ", ".join(f"{lane}: {m if m is not None else 'all'}" for lane, m in upper.members.items())
+    raise _layer_error(upper, "agents", f"no lane of layers[{upper.index}] ({upper.name}) holds {members} "
+                       f"(its lanes: {lanes}). Every agent, and every squad of the layer below, must lie inside "
+                       "one lane of each layer above, which commands it: add the missing agents to a lane "
+                       f"(layers[{upper.index}].agents, a list or squads), or use agents: all.")
 
 
 def _state_dim(spec: LayerSpec, probe: VectorMultiAgentEnv) -> int:

@@ -439,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("scale", help="resize a running training's worker pool")
     sc.add_argument("run_dir", help="the run dir of a training in progress")
     sc.add_argument("--workers", type=int, required=True, help="new number of rollout workers")
-    sc.add_argument("--group", help="the group (its layers joined by '+'); default every group")
+    sc.add_argument("--group", help="the group, named by its layers joined by '+' as the run prints it "
+                    "(e.g. strategy+tactics; a layer of its own: its name); default every group")
     sc.set_defaults(fn=_cmd_scale)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the config (for editors)")

@@ -501,7 +501,8 @@ def test_agents_outside_every_upper_lane_are_refused():
         {"name": "squad", "period": 2, "agents": ["walker_0"], "observation": {"source": "env"},
          "action": {"type": "discrete", "n": 2}, "ppo": {"minibatch_size": 4}},
         {"name": "control", "ppo": {"minibatch_size": 4}}]))
-    with pytest.raises(ConfigError, match=r"no lane contains \['walker_1'\]"):
+    with pytest.raises(ConfigError, match=r"no lane of layers\[0\] \(squad\) holds \['walker_1'\] \(its lanes: "
+                                          r"group: \['walker_0'\]\)\. .* use agents: all"):
         probe_env(cfg, 0)
 
 
