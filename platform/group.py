@@ -215,8 +215,8 @@ class DPPOGroup:
         wall = time.perf_counter() - t0
         env_steps = float(out[self.layers[0]].env_steps)
         steps, self.env_steps = env_steps - self.env_steps, env_steps
-        out[self.layers[0]].metrics[M.PERF_WORKERS_REPLACED] = float(self.replaced)
-        for result in out.values():
+        for result in out.values():  # the group's workers serve every layer of it: each layer's run shows it
+            result.metrics[M.PERF_WORKERS_REPLACED] = float(self.replaced)
             result.metrics[M.PERF_SAMPLE_S] = sample_s
             result.metrics[M.PERF_UPDATE_S] = wall - sample_s
             result.metrics[M.PERF_ENV_STEPS_PER_S] = steps / wall

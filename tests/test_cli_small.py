@@ -96,3 +96,17 @@ def test_a_group_whose_update_outgrows_its_budget_share_is_told_once(capsys, tmp
     assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
                  "--set", "train.total_env_steps=6000", "--set", "train.eval_episodes=0", "--run-dir", "r2"]) == 0
     assert "one update took" not in capsys.readouterr().out
+
+
+def test_every_layer_of_a_group_charts_its_workers_replaced(capsys, tmp_path, monkeypatch):
+    """The group's workers serve all its layers; perf/workers_replaced was written for the first only."""
+    import json
+
+    from conftest import ROOT
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+                 "--set", "train.total_env_steps=2048", "--set", "train.eval_episodes=0",
+                 "--set", "groups=[{layers: [strategy, control]}]", "--run-dir", "r"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert {r["layer"] for r in rows if r["tag"] == "perf/workers_replaced"} == {"strategy", "control"}
