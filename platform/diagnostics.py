@@ -65,8 +65,10 @@ def pool_moments(means: list[np.ndarray], variances: list[np.ndarray], counts: l
     return mean, var
 
 
-def gaussian_divergence(m1: np.ndarray, v1: np.ndarray, m2: np.ndarray, v2: np.ndarray, eps: float = 1e-6) -> float:
-    """Symmetric KL between two diagonal Gaussians, averaged over dimensions.
+def gaussian_divergence(m1: np.ndarray, v1: np.ndarray, m2: np.ndarray, v2: np.ndarray,
+                        eps: float | np.ndarray = 1e-6) -> float:
+    """Symmetric KL between two diagonal Gaussians, averaged over dimensions; ``eps`` (a number
+    or one per dimension) is added to both variances.
 
     0 when a worker's data looks like the pool's; about 0.5·d² for a mean shifted by d pool
     standard deviations.
@@ -77,12 +79,22 @@ def gaussian_divergence(m1: np.ndarray, v1: np.ndarray, m2: np.ndarray, v2: np.n
     return float(np.mean(0.5 * (kl12 + kl21))) if m1.size else 0.0
 
 
+DIVERGENCE_FLOOR = 0.25  # of the pooled variance, added to each worker's and the reference's
+
+
 def divergences(means: list[np.ndarray], variances: list[np.ndarray]) -> list[float]:
     """Each worker's divergence from the pool, the pool being the element-wise median of the
     workers' moments: a robust reference, so one deviant worker cannot drag it towards itself
     and make the healthy ones look deviant too (the pooled union's moments would)."""
-    ref_m, ref_v = np.median(np.stack(means), 0), np.median(np.stack(variances), 0)
-    return [gaussian_divergence(m, v, ref_m, ref_v) for m, v in zip(means, variances)]
+    ms, vs = np.stack(means), np.stack(variances)
+    ref_m, ref_v = np.median(ms, 0), np.median(vs, 0)
+    # A floor for each dimension's variance: a quarter of the workers' data taken together (the
+    # mean of their variances plus the variance of their means). A value most workers never saw (a
+    # one-hot cell: the median's variance 0) would otherwise weigh (its mean)² / 1e-6 for the worker
+    # that saw it once, as much as a real shift of several dimensions; a worker shifted by d of the
+    # pool's standard deviations scores about 0.5·d² / 1.25 = 0.4·d².
+    floor = DIVERGENCE_FLOOR * (vs.mean(0) + ms.var(0)) + 1e-6
+    return [gaussian_divergence(m, v, ref_m, ref_v, floor) for m, v in zip(means, variances)]
 
 
 def mean_pairwise_cosine(grads: list[list[torch.Tensor]]) -> float:
