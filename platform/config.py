@@ -964,8 +964,14 @@ def _explain(err: dict, given: dict[tuple, str] | None = None) -> str:
         return msg + (f" (the command line set {', '.join(flags)})." if flags else ".")
     where = _loc_str(loc)
     flag = _given_at(loc, given or {})
+    note = ""
     if flag:
         where += f" (from {flag})"
+    elif err["type"] not in ("extra_forbidden", "missing"):
+        # A check on a layer that a group's setting reached (groups[i].dppo is written into its
+        # layers): the flags that set a field the message names.
+        flags = _flags_named(err["msg"], given or {})
+        note = f" (the command line set {', '.join(flags)})" if flags else ""
     if err["type"] == "extra_forbidden":
         model = _model_at(loc)
         allowed = sorted(model.model_fields) if model else []
@@ -977,7 +983,24 @@ def _explain(err: dict, given: dict[tuple, str] | None = None) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     got = err.get("input")
     shown = "" if isinstance(got, dict) or got is None else f" (got {json.dumps(got, default=str)})"
-    return f"{where}: {msg}{shown}."
+    return f"{where}: {msg.rstrip('.')}{shown}{note}."
+
+
+def _merge_same(lines: list[str]) -> list[str]:
+    """One line for errors that say the same of several places (the layers of one group, checked
+    each): 'layers[0], layers[1]: ...' rather than the message twice."""
+    out: list[str] = []
+    places: dict[str, list[str]] = {}
+    for line in lines:
+        where, sep, rest = line.partition(": ")
+        if not sep or " " in where.split(" (")[0]:   # a message without a place of its own
+            out.append(line)
+            continue
+        if rest not in places:
+            places[rest] = []
+            out.append(rest)  # a placeholder, filled below in first-seen order
+        places[rest].append(where)
+    return [f"{', '.join(places[x])}: {x}" if x in places else x for x in out]
 
 
 def set_path(data: dict, dotted: str, value: Any, source: str = "--set") -> tuple:
@@ -1051,9 +1074,9 @@ def validate(data: Any, source: str = "config", given: dict[tuple, str] | None =
         return Config.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
-        lines = [_explain(e, given) for e in errors]
+        lines = _merge_same([_explain(e, given) for e in errors])
         flagged = sum(_given_at(tuple(e["loc"]), given or {}) is not None
-                      or (not e["loc"] and bool(_flags_named(e["msg"], given or {}))) for e in errors)
+                      or bool(_flags_named(e["msg"], given or {})) for e in errors)
         what = f"{source}, as changed on the command line," if flagged else source
         raise ConfigError(f"{what} is invalid: " + " ".join(lines)) from None
 

@@ -251,3 +251,14 @@ def test_a_newcomers_config_needs_only_env_and_reads_numbers_as_yaml_1_2(tmp_pat
         load_config(p, ["layers.0.dppo.train_batch_size=256", "layers.0.ppo.minibatch_size=300"])
     with pytest.raises(ConfigError, match="A config needs at least env"):
         load_config(write(tmp_path, "\n", name="empty.yaml"))
+
+
+def test_a_group_setting_refused_on_its_layers_is_said_once_and_names_its_flag():
+    """groups[i].dppo reaches each of its layers, whose checks then refused it once per layer, naming
+    neither the group nor the flag."""
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "configs" / "corridor_hierarchy.yaml",
+                    ["groups=[{layers: [strategy, control], dppo: {mode: dppo}}]", "groups.0.dppo.pipeline=true"])
+    text = str(err.value)
+    assert "is invalid: layers[0], layers[1]: dppo.sync pipeline needs dppo.mode 'central'" in text, text
+    assert text.count("needs dppo.mode") == 1 and text.endswith("(the command line set --set groups.0.dppo.pipeline=true).")
