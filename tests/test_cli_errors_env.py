@@ -265,8 +265,6 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
     every worker: one paragraph naming the field, the function, the exception and its line in the
     user's file, exit 2 (it was a worker replaced again and again, then a RuntimeError traceback)."""
     (scratch / "mods" / "hdppo_t_raise.py").write_text(
-        "def reward(command, obs, next_obs, action, info):\n"
-        "    return float(action)  # line 2: a float array of one entry is fine, a dict is not\n"
         "def view(raw_obs, members, env):\n"
         "    return raw_obs['nobody']\n"
         "def teacher(raw_obs, members, env):\n"
@@ -278,15 +276,15 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
     for field, value, words in (
             ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_dict",
              ["layers[1] (control).reward.intrinsic_fn 'hdppo_t_raise:reward_dict' raised TypeError",
-              "hdppo_t_raise.py, line 10, in reward_dict", "It is called for one lane with keyword arguments"]),
+              "hdppo_t_raise.py, line 8, in reward_dict", "It is called for one lane with keyword arguments"]),
             ("layers.strategy.observation.source", "hdppo_t_raise:view",
              ["layers[0] (strategy).observation.source 'hdppo_t_raise:view' raised KeyError: 'nobody'",
-              "hdppo_t_raise.py, line 4, in view", "view(raw_obs, members, env)"]),
+              "hdppo_t_raise.py, line 2, in view", "view(raw_obs, members, env)"]),
             ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_none",
              ["'hdppo_t_raise:reward_none' raised TypeError", "(on the value it returned)"]),
             ("layers.strategy.teacher", "{policy: 'hdppo_t_raise:teacher'}",
              ["layers[0] (strategy).teacher.policy 'hdppo_t_raise:teacher' raised ValueError: no rule for this state",
-              "hdppo_t_raise.py, line 6, in teacher"])):
+              "hdppo_t_raise.py, line 4, in teacher"])):
         if value.endswith("reward_dict"):
             with open(scratch / "mods" / "hdppo_t_raise.py", "a") as f:
                 f.write("def reward_dict(command, obs, next_obs, action, info):\n    return float(info)\n")
