@@ -143,6 +143,11 @@ class RolloutStats:
     bonus_mean: float = 0.0             # exploration bonus per recorded transition
     command_counts: Optional[list[int]] = None  # upper layers: how often each command was chosen
     num_samples: int = -1               # transitions in the batch; -1: one per env step
+    # The oldest and the mean weights version of the samples' decisions (an upper layer's decision
+    # left open by the previous rollout was made by older weights than ``version``): mode dppo's
+    # staleness, where the samples stay on the worker. None: every sample acted with ``version``.
+    oldest_version: Optional[int] = None
+    mean_version: Optional[float] = None
     # Diagnostics: moments of the (normalised) observations and of the actions of this rollout,
     # and, every diagnostics.every updates, a sample of its states for the coverage picture.
     obs_moments: Optional[tuple] = None

@@ -508,10 +508,17 @@ class Learner:
                 infos.setdefault(k, []).extend(vals)
         for k, vals in infos.items():
             out[f"{M.EPISODE_INFO}/{k}"] = float(np.mean(vals))
-        if lags is None:  # mode dppo: a rollout acts with one version throughout
-            lags = np.concatenate([np.full(s.num_samples, self.version - 1 - s.version) for s in stats])
-        out[M.PERF_MAX_STALENESS] = float(lags.max()) if lags.size else 0.0
-        out[M.PERF_MEAN_STALENESS] = float(lags.mean()) if lags.size else 0.0
+        if lags is None:  # mode dppo: the samples stay on the workers, which report their versions' range
+            n = [max(s.num_samples, 0) for s in stats]
+            oldest = [s.version if s.oldest_version is None else s.oldest_version for s in stats]
+            mean = [s.version if s.mean_version is None else s.mean_version for s in stats]
+            total = sum(n)
+            out[M.PERF_MAX_STALENESS] = float(self.version - 1 - min(oldest)) if total else 0.0
+            out[M.PERF_MEAN_STALENESS] = (float(self.version - 1 - sum(k * v for k, v in zip(n, mean)) / total)
+                                          if total else 0.0)
+        else:
+            out[M.PERF_MAX_STALENESS] = float(lags.max()) if lags.size else 0.0
+            out[M.PERF_MEAN_STALENESS] = float(lags.mean()) if lags.size else 0.0
         return UpdateResult(out, self.env_steps, self.version,
                             np.sum(counts, axis=0).tolist() if counts else None, coverage)
 

@@ -184,6 +184,8 @@ class RolloutWorker:
             res_sum=float(res64.sum()), res_sumsq=float((res64**2).sum()),
             raw_reward_mean=raw_reward_sum / n, intrinsic_reward_mean=intrinsic_sum / n, bonus_mean=bonus_sum / n,
             command_counts=command_counts, num_samples=len(batch),
+            oldest_version=int(batch.versions.min()) if len(batch) else None,
+            mean_version=float(batch.versions.mean()) if len(batch) else None,
             obs_moments=observation_moments(obs_delta, batch.obs), action_moments=moments(batch.actions, DIAG_MAX_ROWS),
             coverage=self._coverage_sample(name, batch))
 

@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from conftest import tiny_config
+from conftest import ROOT, tiny_config
 from hdppo.platform import metrics as M
 from hdppo.platform.backend import LocalBackend
 from hdppo.platform.batch import Batch, advantage_moments
@@ -134,3 +134,28 @@ def test_quality_aggregation_weights_the_better_worker_more():
     for a, b, c in zip(quality.policy.parameters(), ref.policy.parameters(), plain.policy.parameters()):
         torch.testing.assert_close(a, b)
     assert any(not torch.equal(a, c) for a, c in zip(quality.policy.parameters(), plain.policy.parameters()))
+
+
+def test_mode_dppo_reports_the_staleness_of_decisions_left_open_by_the_previous_rollout(tmp_path):
+    """A hierarchy's decision left open at a rollout's end is closed in the next one, made by the
+    weights before: mode central measured that lag from the samples (1), mode dppo, whose samples
+    stay on the workers, assumed one version per rollout and said 0. The workers now report their
+    samples' oldest and mean version."""
+    from hdppo.platform import metrics as M
+    from hdppo.platform.config import load_config
+    from hdppo.platform.trainer import Trainer
+
+    def staleness(mode: str) -> dict:
+        cfg = load_config(ROOT / "configs" / "corridor_hierarchy.yaml",
+                          ["ray.backend=local", "train.total_env_steps=6000", "train.eval_episodes=0",
+                           f"layers.0.dppo.mode={mode}", f"layers.1.dppo.mode={mode}"])
+        Trainer(cfg, tmp_path / mode, quiet=True).train()
+        rows = M.read_jsonl(tmp_path / mode / "metrics.jsonl")
+        return {(layer, tag): [r["value"] for r in rows if r["layer"] == layer and r["tag"] == tag]
+                for layer in ("strategy", "control") for tag in (M.PERF_MAX_STALENESS, M.PERF_MEAN_STALENESS)}
+
+    central, dppo = staleness("central"), staleness("dppo")
+    for layer in ("strategy", "control"):
+        assert dppo[layer, M.PERF_MAX_STALENESS][1:] == central[layer, M.PERF_MAX_STALENESS][1:]
+        assert max(dppo[layer, M.PERF_MAX_STALENESS]) == 1.0
+        assert 0.0 < max(dppo[layer, M.PERF_MEAN_STALENESS]) < 0.1
