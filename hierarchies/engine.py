@@ -380,17 +380,17 @@ class Sampler:
                                "(one index for Discrete, one per entry of MultiDiscrete or Box).")
             return self._teacher_checked(p, a.reshape(len(n_idx), dim), l_idx, " (vectorised)")
         out = np.zeros((len(n_idx), dim), np.float32)
-        for k, (n, lane) in enumerate(zip(n_idx, l_idx)):
-            members = [self.venv.agents[a] for a in p.members[lane]]
-            with user_code(f"layers[{p.spec.index}] ({p.name}).teacher.policy", str(p.spec.cfg.teacher.policy),  # type: ignore[union-attr]
-                           " It is called as teacher(raw_obs, members, env, **kwargs) for each due lane."):
-                value = fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs)  # type: ignore[misc]
-            a = self._teacher_array(p, value, "", f" for lane {p.lanes[lane]!r}").reshape(-1)
-            if a.size != dim:
-                raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} returned {a.size} "  # type: ignore[union-attr]
-                               f"value(s) for lane {p.lanes[lane]!r}; the layer's actions have {dim} (one index for "
-                               "Discrete, one per entry of MultiDiscrete or Box).")
-            out[k] = a
+        with user_code(f"layers[{p.spec.index}] ({p.name}).teacher.policy", str(p.spec.cfg.teacher.policy),  # type: ignore[union-attr]
+                       " It is called as teacher(raw_obs, members, env, **kwargs) for each due lane."):
+            for k, (n, lane) in enumerate(zip(n_idx, l_idx)):
+                members = [self.venv.agents[a] for a in p.members[lane]]
+                a = self._teacher_array(p, fn(self.venv.raw_obs(int(n)), members, self.venv.copy_env(int(n)), **kwargs),  # type: ignore[misc]
+                                        "", f" for lane {p.lanes[lane]!r}").reshape(-1)
+                if a.size != dim:
+                    raise EnvError(f"layer {p.name!r}, teacher.policy: {p.spec.cfg.teacher.policy} returned {a.size} "  # type: ignore[union-attr]
+                                   f"value(s) for lane {p.lanes[lane]!r}; the layer's actions have {dim} (one index "
+                                   "for Discrete, one per entry of MultiDiscrete or Box).")
+                out[k] = a
         return self._teacher_checked(p, out, l_idx, "")
 
     def _teacher_array(self, p: _Plan, value: Any, where: str, lane: str) -> np.ndarray:

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .errors import HdppoError
+from .errors import ConfigError, HdppoError
 from .working_dir import use_working_dir
 
 
@@ -209,12 +209,13 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     if ":" not in target and not Path(target).exists():  # a preset by name, as train takes it
         import gymnasium as gym
 
-        from .presets import preset_paths
+        from .presets import resolve_config_path
 
-        presets = preset_paths()
-        name = Path(target).stem if target.endswith((".yaml", ".yml")) else target
-        if name in presets and target not in gym.registry:
-            target = str(presets[name])
+        if target not in gym.registry:
+            try:
+                target = str(resolve_config_path(target))
+            except ConfigError:  # no preset of that name either: check_target says what the id lacks
+                pass
     if target.endswith((".yaml", ".yml")) and Path(target).exists():
         from .config import load_config
 

@@ -177,24 +177,24 @@ class DPPOGroup:
         """Keep the results that arrived; replace each worker whose call failed. A failed rollout is
         dropped whole, so nothing counts twice. ``sources`` says which worker (and which
         incarnation of it) made each result, so a worker already replaced is not replaced again."""
-        kept, kept_sources, failed = [], [], None
+        kept, kept_sources = [], []
         for r, src in zip(results, sources):
             if isinstance(r, BaseException):
                 self._fail(src, r)
-                failed = r
             else:
                 kept.append(r)
                 kept_sources.append(src)
         if not kept and not self.sync.streaming:
-            raise self._all_failed("every worker failed in the same iteration", failed)
+            raise self._all_failed("every worker failed in the same iteration", self._last_failure)
         return kept, kept_sources
 
     def _all_failed(self, what: str, error: BaseException | None) -> EnvError:
-        """The error that stops a run whose workers all fail: one crashed simulator is replaced, but
+        """The error that stops a run whose workers all fail (``error``: the last one's cause, as
+        :meth:`_fail` kept it): one crashed simulator is replaced, but
         a failure everywhere at once is most likely a bug in the env (or what it is given), which a
         replacement would only repeat."""
-        cause = getattr(error, "cause", None) or error
-        last = f" (the last: {type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})" if cause else ""
+        last = (f" (the last: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+                if error is not None else "")
         return EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
                         f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; the "
                         "workers' errors are printed above, and `hdppo check-env` steps the env alone.")

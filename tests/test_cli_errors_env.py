@@ -47,6 +47,13 @@ def run(capsys, argv: list[str]) -> tuple[int, str]:
     return code, " ".join(err.split())
 
 
+def scratch_module(scratch: Path, name: str, source: str) -> str:
+    """Write ``mods/<name>.py`` and forget any earlier import of that name; returns the name."""
+    (scratch / "mods" / f"{name}.py").write_text(source)
+    sys.modules.pop(name, None)
+    return name
+
+
 def test_env_module_that_raises_on_import(scratch, capsys, monkeypatch):
     code, err = run(capsys, ["train", CARTPOLE, *TINY, "--working-dir", "mods", "--set",
                              f"env.entry_point={BAD_IMPORT}:make", "--set", "env.id=null", "--run-dir", "r"])
@@ -206,13 +213,12 @@ def test_user_functions_with_the_wrong_parameters_are_named_before_training(scra
     """A reward, an observation view or a teacher that cannot take the arguments hdppo passes is a
     config error naming the field and the call expected (it was a worker crash mid-rollout, retried,
     then a traceback); one taking **kwargs passes."""
-    (scratch / "mods" / "hdppo_t_sigs.py").write_text(
+    scratch_module(scratch, "hdppo_t_sigs",
         "import numpy as np\n"
         "def bad_reward(x):\n    return 0.0\n"
         "def good_reward(command, obs, **_):\n    return 0.0\n"
         "def bad_view(x):\n    return np.zeros(2, np.float32)\n"
         "def bad_teacher(raw_obs):\n    return 0\n")
-    sys.modules.pop("hdppo_t_sigs", None)
     base = ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r"]
     code, err = run(capsys, [*base, "--set", "layers.control.reward.intrinsic_fn=hdppo_t_sigs:bad_reward"])
     assert code == 2 and ("layers[1] (control).reward.intrinsic_fn 'hdppo_t_sigs:bad_reward': bad_reward(x) cannot "
@@ -264,14 +270,15 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
     """A reward, an observation view or a teacher that raises mid-rollout is a bug in it, the same on
     every worker: one paragraph naming the field, the function, the exception and its line in the
     user's file, exit 2 (it was a worker replaced again and again, then a RuntimeError traceback)."""
-    (scratch / "mods" / "hdppo_t_raise.py").write_text(
+    scratch_module(scratch, "hdppo_t_raise",
         "def view(raw_obs, members, env):\n"
         "    return raw_obs['nobody']\n"
         "def teacher(raw_obs, members, env):\n"
         "    raise ValueError('no rule for this state')\n"
         "def reward_none(command, obs, next_obs, action, info):\n"
-        "    return None\n")
-    sys.modules.pop("hdppo_t_raise", None)
+        "    return None\n"
+        "def reward_dict(command, obs, next_obs, action, info):\n"
+        "    return float(info)\n")
     base = ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r"]
     for field, value, words in (
             ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_dict",
@@ -285,10 +292,6 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
             ("layers.strategy.teacher", "{policy: 'hdppo_t_raise:teacher'}",
              ["layers[0] (strategy).teacher.policy 'hdppo_t_raise:teacher' raised ValueError: no rule for this state",
               "hdppo_t_raise.py, line 4, in teacher"])):
-        if value.endswith("reward_dict"):
-            with open(scratch / "mods" / "hdppo_t_raise.py", "a") as f:
-                f.write("def reward_dict(command, obs, next_obs, action, info):\n    return float(info)\n")
-            sys.modules.pop("hdppo_t_raise", None)
         code, err = run(capsys, [*base, "--set", f"{field}={value}"])
         assert code == 2 and err.startswith("hdppo train: error:"), err
         for w in words + ["so the run stops", "Fix the function"]:
@@ -300,13 +303,12 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
 def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, capsys):
     """Every worker failing in the same iteration is an env bug, not a crashed simulator: an error
     naming the env and the last failure, exit 2, no traceback."""
-    (scratch / "mods" / "hdppo_t_broken.py").write_text(
+    scratch_module(scratch, "hdppo_t_broken",
         "import gymnasium as gym\n"
         "class Broken(gym.Wrapper):\n"
         "    def step(self, action):\n"
         "        raise ZeroDivisionError('the simulator divides by zero')\n"
         "def make(**kwargs):\n    return Broken(gym.make('CartPole-v1'))\n")
-    sys.modules.pop("hdppo_t_broken", None)
     code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--working-dir", "mods", "--set",
                              "env.entry_point=hdppo_t_broken:make", "--set", "env.id=null", "--run-dir", "r"])
     assert code == 2 and "every worker failed in the same iteration" in err, err
@@ -318,12 +320,11 @@ def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, cap
 def test_a_factory_error_is_not_blamed_on_its_arguments_and_a_pettingzoo_factory_is_named(scratch, capsys):
     """A TypeError raised inside a factory's body is the factory's error (it was reported as env.kwargs
     rejected, with no kwargs set); a factory returning a PettingZoo env gets told env.type: pettingzoo."""
-    (scratch / "mods" / "hdppo_t_fac.py").write_text(
+    scratch_module(scratch, "hdppo_t_fac",
         "def make_typeerr():\n    x = None\n    return x + 1\n"
         "def make_zoo():\n"
         "    from hdppo.envs.builtin.corridor import parallel_env\n"
         "    return parallel_env()\n")
-    sys.modules.pop("hdppo_t_fac", None)
     base = ["train", CARTPOLE, *TINY, "--working-dir", "mods", "--set", "env.id=null", "--run-dir", "r"]
     code, err = run(capsys, [*base, "--set", "env.entry_point=hdppo_t_fac:make_typeerr"])
     assert code == 2 and "the factory raised TypeError: unsupported operand" in err and "(no env.kwargs)" in err, err
