@@ -151,8 +151,7 @@ def check_target(target: Any, steps: int = 200) -> str:
         episodes = 0
         for _ in range(steps):
             if masked and now.masks is not None:  # random among the legal actions, as a masked policy plays
-                actions = np.array([[int(rng.choice(np.flatnonzero(row[0] > 0))) if (row[0] > 0).any() else 0]
-                                    for row in now.masks])
+                actions = np.stack([_legal_sample(space, row[0], rng) for row in now.masks])[:, None]
             else:
                 actions = np.stack([np.asarray(space.sample()) for _ in range(pool.num_envs)])[:, None]
             now = pool.step(actions)
@@ -177,6 +176,20 @@ def check_target(target: Any, steps: int = 200) -> str:
              "all outputs finite and in their spaces"]
     lines += [f"  warning: {text}" + (f" (x{n})" if n > 1 else "") for text, n in warned.items()]
     return "\n".join(lines)
+
+
+def _legal_sample(space: gym.Space, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random action legal under ``mask``, as a masked policy draws one: for a MultiDiscrete
+    space the mask is the components' logits side by side (``sum(nvec)`` values), one legal
+    index drawn per component; a component with no legal value takes 0."""
+    sizes = [int(n) for n in np.asarray(space.nvec).reshape(-1)] if isinstance(space, gym.spaces.MultiDiscrete) \
+        else [int(mask.shape[-1])]
+    out, at = [], 0
+    for n in sizes:
+        legal = np.flatnonzero(mask[at:at + n] > 0)
+        out.append(int(rng.choice(legal)) if len(legal) else 0)
+        at += n
+    return np.asarray(out if isinstance(space, gym.spaces.MultiDiscrete) else out[0])
 
 
 def _why_observation(target: Any) -> str:

@@ -378,3 +378,32 @@ class StrictMaskedEnv(gym.Env):
 
 def strict_masked():
     return StrictMaskedEnv()
+
+
+class StrictMaskedMultiEnv(StrictMaskedEnv):
+    """:class:`StrictMaskedEnv` with a second action component, ``MultiDiscrete([3, 2])``: the
+    mask is both components' logits side by side (3 + 2), and only ``[t % 3, 1]`` moves on (the
+    fab's lot and release level)."""
+
+    metadata = {"name": "strict_masked_multi"}
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({"observation": gym.spaces.Box(-1.0, 10.0, (2,), np.float32),
+                                                  "action_mask": gym.spaces.MultiBinary(5)})
+        self.action_space = gym.spaces.MultiDiscrete([3, 2])
+
+    def _obs(self):
+        out = super()._obs()
+        out["action_mask"] = np.concatenate([out["action_mask"], np.array([0, 1], np.int8)])
+        return out
+
+    def step(self, action):
+        a = np.asarray(action)
+        if int(a[0]) == self.t % 3 and int(a[1]) == 1:
+            self.t += 1
+        return self._obs(), 1.0, self.t >= 5, False, {}
+
+
+def strict_masked_multi():
+    return StrictMaskedMultiEnv()

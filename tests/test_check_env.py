@@ -100,3 +100,11 @@ def test_check_env_plays_a_masked_gymnasium_env_as_training_does():
     out = check_target("scripted_envs:strict_masked", steps=40)
     assert "the policy sees 2 values; the action_mask (3) masks its logits" in out
     assert "16 episodes ended" in out   # 2 copies x 40 steps, 5 steps an episode
+
+
+def test_check_env_plays_a_masked_multidiscrete_env_component_by_component():
+    """A MultiDiscrete action whose mask is the components' logits side by side (the fab's lot
+    and release level): the rollout draws a legal index per component; it crashed on one index."""
+    out = check_target("scripted_envs:strict_masked_multi", steps=40)
+    assert "the action_mask (5) masks its logits" in out
+    assert "16 episodes ended" in out   # every step legal: 2 copies x 40 steps, 5 steps an episode
