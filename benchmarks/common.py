@@ -386,6 +386,19 @@ def errors_section(results: dict) -> list[str]:
                                   for env_id, k, msg in errors]
 
 
+def run_main(main, prog: str) -> int:
+    """``main()``'s exit code, with a user's mistake that hdppo names (a bad env kwarg, a run
+    folder that is not one, a config error) printed as hdppo's CLI prints it: one paragraph, exit 2,
+    no traceback."""
+    from hdppo.platform.errors import HdppoError
+
+    try:
+        return main()
+    except HdppoError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def save_files(out: Path, report: dict, markdown: str) -> None:
     """``out``.json (the report) and ``out``.md (its table), the folder made if need be."""
     out = Path(out)

@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import save_files, stat  # noqa: E402
+from common import run_main, save_files, stat  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 METRICS = ("mean_tardiness_h", "tardy_fraction", "mean_cycle_time_h", "throughput_lots_per_day", "released",
@@ -63,6 +63,11 @@ def sim_seed(env_seed: int) -> int:
 
     rng, _ = seeding.np_random(env_seed)
     return int(rng.integers(2 ** 31))
+
+
+def without_history(run: dict) -> dict:
+    """An env episode's summary without its timeline (an array, kept out of the JSON report)."""
+    return {k: v for k, v in run.items() if k != "history"}
 
 
 def paired_tardiness(runs: list[dict], base: list[dict]) -> dict:
@@ -92,24 +97,59 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
     return out
 
 
+def policy_config(run_dir: Path):
+    """The config of a fab run folder of ``hdppo train``; anything else is refused by name."""
+    from hdppo.platform.config import load_config
+
+    if not (run_dir / "config.yaml").is_file():
+        raise SystemExit(f"--policy {run_dir}: no config.yaml there; pass a run folder of `hdppo train` "
+                         "(the one its --run-dir named)")
+    cfg = load_config(run_dir / "config.yaml")
+    if "builtin.fab" not in str(cfg.env.entry_point or ""):
+        raise SystemExit(f"--policy {run_dir}: a run of env {cfg.env.entry_point or cfg.env.id!r}, not of the fab "
+                         "(hdppo.envs.builtin.fab:make_env); pass a run trained on the fab")
+    return cfg
+
+
+def policy_checkpoint(run_dir: Path) -> Path:
+    """The last checkpoint of ``run_dir``."""
+    ckpts = sorted((run_dir / "checkpoints").glob("*")) if (run_dir / "checkpoints").is_dir() else []
+    if not ckpts:
+        raise SystemExit(f"--policy {run_dir}: no checkpoints yet; train it longer than its checkpoint_every")
+    return ckpts[-1]
+
+
+def parse_days(text: str, scenarios: list[str]) -> dict[str, float]:
+    """``--days`` (``SCENARIO=DAYS,...``), each scenario one of ``scenarios``."""
+    out = {}
+    for kv in (x.strip() for x in text.split(",") if x.strip()):
+        name, eq, value = kv.partition("=")
+        try:
+            days = float(value) if eq else float("nan")
+        except ValueError:
+            days = float("nan")
+        if not (days > 0):
+            raise SystemExit(f"--days {kv!r}: give SCENARIO=DAYS with DAYS > 0, e.g. --days {scenarios[0]}=2")
+        if name not in scenarios:
+            raise SystemExit(f"--days {kv!r}: {name!r} is not among --scenarios {','.join(scenarios)}; "
+                             f"name one of them, e.g. --days {scenarios[0]}={value}")
+        out[name] = days
+    return out
+
+
 def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None, **sim) -> dict:
     from hdppo.platform.checkpoint import learner_states, load_checkpoint
-    from hdppo.platform.config import load_config, validate
+    from hdppo.platform.config import validate
     from hdppo.platform.evaluation import evaluate_episodes
 
-    cfg = load_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else None
-    if cfg is None:
-        raise SystemExit(f"{run_dir}: no config.yaml; pass a run folder of `hdppo train`")
+    cfg = policy_config(run_dir)
     data = cfg.model_dump(mode="json")
     data["env"]["kwargs"] = dict(data["env"].get("kwargs") or {}, scenario=scenario, **sim,
                                  **({"days": days} if days is not None else {}))
     if not sim.get("crn"):   # a run trained against a reference rule keeps it only where the draws are common
         data["env"]["kwargs"].pop("reference_rule", None)
     cfg = validate(data)
-    ckpts = sorted((run_dir / "checkpoints").glob("*")) if (run_dir / "checkpoints").is_dir() else []
-    if not ckpts:
-        raise SystemExit(f"{run_dir}: no checkpoints")
-    ckpt = ckpts[-1]
+    ckpt = policy_checkpoint(run_dir)
     states = learner_states(load_checkpoint(ckpt))
     t0 = time.perf_counter()
     eps = evaluate_episodes(cfg, states, len(seeds), seed=seeds[0], num_envs=len(seeds))
@@ -121,6 +161,11 @@ def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int
     if len(runs) != len(seeds):
         raise SystemExit(f"{run_dir}: the evaluation episodes ran on other seeds than the rules' "
                          f"({len(runs)} of {len(seeds)} matched)")
+    if tb is not None:   # the first seed's timeline, beside the rules' (run_rules)
+        from hdppo.envs.builtin.fab import log_history
+
+        log_history(runs[0]["history"], tb)
+    runs = [without_history(r) for r in runs]
     return {"runs": runs, "checkpoint": str(ckpt), "wall_s": time.perf_counter() - t0,
             **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
@@ -134,7 +179,7 @@ def play_group_rules(scenario: str, days: float | None, seeds: list[int], assign
     unknown = sorted(set(assign) - names)
     if unknown:
         raise SystemExit(f"--assignment: {unknown} are not agent tool groups of {scenario}; use some of {sorted(names)}")
-    runs = [play(env, group_rule_policy(assign), seed=s) for s in seeds]
+    runs = [without_history(play(env, group_rule_policy(assign), seed=s)) for s in seeds]
     return {"runs": runs, **{m: stat([r[m] for r in runs]) for m in METRICS}}
 
 
@@ -168,7 +213,7 @@ def render(report: dict) -> str:
     for sc, block in report["scenarios"].items():
         crn = (", common random numbers" if block.get("crn") else "") + (
             ", setup avoidance (SMT2020's rank_RSETUP)" if block.get("setup_avoidance") else "")
-        lines += [f"## {sc} ({block['days']:g} simulated days, {block['n_seeds']} seeds from {block['seed0']}{crn})", "",
+        lines += [f"## {sc} ({block['days']:g} simulated day{'' if block['days'] == 1 else 's'}, {block['n_seeds']} seeds from {block['seed0']}{crn})", "",
                   "| dispatcher | mean tardiness (h) | tardy fraction | mean cycle time (h) | throughput (lots/day) "
                   "| lots released | late lots in the fab at the end |",
                   "|---|---|---|---|---|---|---|"]
@@ -177,8 +222,9 @@ def render(report: dict) -> str:
                          f"{fmt(r['mean_cycle_time_h'], 1)} | {fmt(r['throughput_lots_per_day'])} | "
                          f"{fmt(r.get('released', {}), 1)} | {fmt(r.get('late_wip_end', {}), 1)} |")
         lines.append("")
-        lines.append(f"Best rule: **{block['best_rule']}**.")
-        if not block.get("crn"):
+        lines.append(f"Best rule: **{block['best_rule']}** (the lowest mean tardiness, the issue's objective; "
+                     "the throughput beside it is the other half of the target).")
+        if not block.get("crn") and (block.get("verdicts") or block.get("assignments")):
             lines.append("One random stream (no `--crn`): two dispatchers on a seed share its draws only until their "
                          "first different decision, so the paired differences below are loose; `--crn` pairs them.")
         if "group_rules" in block:
@@ -204,10 +250,11 @@ def render(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--scenarios", default="hvlm_mini")
+    p.add_argument("--scenarios", default="hvlm_mini",
+                   help="comma-separated: hvlm_mini, lvhm_mini (the scaled-down fabs), hvlm, lvhm (default hvlm_mini)")
     p.add_argument("--days", default="", help="per scenario, e.g. hvlm=10 (default: the scenario's)")
-    p.add_argument("--seeds", type=int, default=20)
-    p.add_argument("--seed0", type=int, default=10000)
+    p.add_argument("--seeds", type=int, default=20, help="held-out seeds per dispatcher (default 20)")
+    p.add_argument("--seed0", type=int, default=10000, help="the first held-out seed (default 10000)")
     p.add_argument("--policy", action="append", default=[], help="NAME=RUN_DIR (repeatable): a trained run")
     p.add_argument("--group-rules", action="store_true",
                    help="also search a rule per tool group (on --search-seeds seeds from 500) and evaluate it")
@@ -215,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assignment", action="append", default=[],
                    help="NAME=GROUP:RULE,GROUP:RULE,... (repeatable): play a given rule per tool group (cr elsewhere), "
                         "e.g. one that an earlier --group-rules search found")
-    p.add_argument("--tb", default=None, help="write the first seed's run of each rule as TensorBoard scalars here")
+    p.add_argument("--tb", default=None, help="write the first seed's run of each rule and each --policy as TensorBoard "
+                                              "scalars here (DIR/SCENARIO/RULE or NAME: WIP, queues, late WIP, tardiness "
+                                              "over simulated hours)")
     p.add_argument("--crn", action="store_true",
                    help="common random numbers (FabSim(crn=True)): every dispatcher sees the same breakdowns and "
                         "process times on a seed, so the paired differences measure the dispatching")
@@ -223,18 +272,34 @@ def main(argv: list[str] | None = None) -> int:
                    help="SMT2020's rank_RSETUP at tool groups with setups (FabSim(setup_avoidance=True)): lots that "
                         "need no setup on an idle tool first, after hot lots, then the rule; the full fabs need it "
                         "to keep up with their releases (their implant setups take 60-80 minutes)")
-    p.add_argument("--out", default=str(HERE / "results" / "fab"))
+    p.add_argument("--out", default=str(HERE / "results" / "fab"),
+                   help="the report's path without suffix (OUT.json, OUT.md; default benchmarks/results/fab)")
     args = p.parse_args(argv)
-    days = {k: float(v) for k, v in (kv.split("=") for kv in args.days.split(",") if kv)}
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    from hdppo.envs.builtin.fab import get_scenario
+
+    for sc in scenarios:
+        get_scenario(sc)   # an unknown name is refused before any rule runs
+    days = parse_days(args.days, scenarios)
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds {args.seeds}: give at least 1 (the intervals need 2 or more)")
     seeds = list(range(args.seed0, args.seed0 + args.seeds))
+    for spec in args.policy:   # every run folder checked before the rules take their minutes
+        name, eq, run_dir = spec.partition("=")
+        if not (eq and name and run_dir):
+            raise SystemExit(f"--policy {spec!r}: give NAME=RUN_DIR")
+        cfg = policy_config(Path(run_dir))
+        policy_checkpoint(Path(run_dir))
+        trained_on = (cfg.env.kwargs or {}).get("scenario", "hvlm_mini")
+        if any(sc != trained_on for sc in scenarios):
+            print(f"fab.py: note: --policy {name} was trained on {trained_on!r}; it is evaluated on "
+                  f"{', '.join(scenarios)} as it is (its observation names tool groups by position)", file=sys.stderr)
     out = Path(args.out)
     report = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {"scenarios": {}}
     report["machine"] = machine_info()
     command = "python benchmarks/fab.py " + " ".join(argv if argv is not None else sys.argv[1:])
     report["commands"] = [c for c in report.get("commands", []) if c != command] + [command]
-    from hdppo.envs.builtin.fab import get_scenario
-
-    for sc in args.scenarios.split(","):
+    for sc in scenarios:
         d = days.get(sc)
         sim = {"crn": args.crn, "setup_avoidance": args.setup_avoidance}
         rules = run_rules(sc, d, seeds, Path(args.tb) if args.tb else None, **sim)
@@ -268,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{paired['mean']:+.2f} ± {paired['ci95']:.2f} h", flush=True)
         for spec in args.policy:
             name, _, run_dir = spec.partition("=")
-            res = run_policy(Path(run_dir), sc, d, seeds, None, **sim)
+            res = run_policy(Path(run_dir), sc, d, seeds, Path(args.tb) / sc / name if args.tb else None, **sim)
             rows[f"{name} (trained)"] = {m: res[m] for m in METRICS}
             bt, bq = rules[best]["mean_tardiness_h"]["mean"], rules[best]["throughput_lots_per_day"]["mean"]
             pt, pq = res["mean_tardiness_h"]["mean"], res["throughput_lots_per_day"]["mean"]
@@ -283,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         report["scenarios"][sc] = block
     save_files(out, report, render(report))
     print(render(report))
+    print(f"[fab] wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, "benchmarks/fab.py"))

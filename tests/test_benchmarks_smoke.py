@@ -664,3 +664,34 @@ def test_where_time_goes_charges_every_learner_module_to_the_learner():
 
     for module in ("platform/learner.py", "policies/ppo_update.py", "policies/ppo_loss.py", "policies/mlp_gradients.py"):
         assert W.owner_of(str(ROOT / module)) == "learner", module
+
+
+def test_fab_benchmark_writes_a_trained_runs_timeline_and_checks_its_arguments_first(tmp_path):
+    """--tb writes the first seed's WIP/queue/tardiness timeline of each --policy run beside each
+    rule's (it wrote the rules' only); a run folder that is not a fab run, --seeds 0 and a --days for
+    a scenario not run are refused by name before any rule runs."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hdppo.platform.cli import main as hdppo
+
+    import fab as fab_bench
+
+    run = tmp_path / "run"
+    assert hdppo(["train", str(ROOT / "configs" / "fab_flat.yaml"), "--run-dir", str(run), "--set", "ray.backend=local",
+                  "--set", "env.kwargs.days=0.25", "--set", "train.total_env_steps=256", "--set", "train.eval_episodes=0",
+                  "--set", "layers.0.dppo.train_batch_size=128", "--set", "layers.0.ppo.minibatch_size=64",
+                  "--set", "layers.0.dppo.num_workers=1", "--set", "train.checkpoint_every=1"]) == 0
+    out, tb = tmp_path / "fab", tmp_path / "tb"
+    assert fab_bench.main(["--seeds", "2", "--days", "hvlm_mini=0.25", "--policy", f"mine={run}", "--tb", str(tb),
+                           "--out", str(out)]) == 0
+    acc = EventAccumulator(str(tb / "hvlm_mini" / "mine")).Reload()
+    wip = acc.Scalars("fab/wip")
+    assert len(wip) >= 5 and wip[-1].step == 6   # hourly over a quarter day
+    assert "fab/wip" in EventAccumulator(str(tb / "hvlm_mini" / "cr")).Reload().Tags()["scalars"]
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert all("history" not in r for r in report["scenarios"]["hvlm_mini"]["verdicts"]["mine"]["runs"])
+    for bad, says in ((["--policy", f"js={ROOT / 'configs'}"], "no config.yaml"), (["--seeds", "0"], "at least 1"),
+                      (["--days", "hvlm=1"], "not among --scenarios"), (["--days", "2"], "SCENARIO=DAYS")):
+        with pytest.raises(SystemExit, match=says):
+            fab_bench.main([*bad, "--out", str(tmp_path / "never")])
+    assert not (tmp_path / "never.json").exists()

@@ -65,8 +65,10 @@ layer reads the whole fab (:func:`shift_observation`), the reward and :func:`com
 :func:`shift_teacher` starts the shift layer from one rule everywhere.
 
 **Watching.** The infos carry WIP, queue lengths, late WIP and mean tardiness at each
-decision; ``env.history()`` is the same on a fixed clock, and :func:`log_history` writes it as
-TensorBoard scalars (``benchmarks/fab.py --tb DIR`` does so for evaluated runs).
+decision; ``env.history()`` is the same on a fixed clock (and the last step's
+``info["episode"]["history"]``, since a training or evaluation copy resets at once), and
+:func:`log_history` writes it as TensorBoard scalars (``benchmarks/fab.py --tb DIR`` does so for
+the first seed of each rule and each trained run it evaluates).
 """
 from .data import FABS, FabData, load_fab
 from .env import FAB_FEATURES, GROUP_FEATURES, OBJECTIVES, RELEASE_LEVELS, SLOT_FEATURES, FabEnv

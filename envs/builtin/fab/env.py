@@ -167,7 +167,9 @@ class FabEnv(gym.Env):
         info = self._info(chosen_ranks)
         if terminated:
             summary = self.sim.summary()
-            info["episode"] = dict(summary, env_seed=self._seeds[0], sim_seed=self._seeds[1])
+            # The timeline rides along: the copy resets at once, so an evaluation reads it here
+            # (benchmarks/fab.py --tb writes a trained run's as a rule's).
+            info["episode"] = dict(summary, env_seed=self._seeds[0], sim_seed=self._seeds[1], history=self.history())
             info.update({k: summary[k] for k in self.metadata["episode_metrics"] if k in summary and summary[k] == summary[k]})
             info["max_queue"] = self._max_queue
         return obs, float(reward), terminated, False, info

@@ -28,8 +28,9 @@ def run_rule(scenario="hvlm_mini", rule: str = "fifo", seed: int | None = 0, day
     return sim.summary()
 
 
-def play(env: FabEnv, policy, seed: int | None = None) -> dict[str, float]:
-    """Run one episode of ``env`` with ``policy(obs, env) -> action`` (a rule name works too)."""
+def play(env: FabEnv, policy, seed: int | None = None) -> dict:
+    """Run one episode of ``env`` with ``policy(obs, env) -> action`` (a rule name works too): the
+    episode's summary (``FabSim.summary()``, its seeds, and ``history``: ``env.history()``)."""
     if isinstance(policy, str):
         rule = policy
         policy = lambda obs, e: e.rule_action(rule)  # noqa: E731

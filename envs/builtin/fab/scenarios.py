@@ -13,6 +13,7 @@ due_factor * raw processing time`` of its (shorter) route. Build your own with :
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,12 +51,14 @@ def get_scenario(scenario: str | Scenario, days: float | None = None) -> Scenari
     elif scenario in SCENARIOS:
         sc = SCENARIOS[scenario]
     else:
+        close = difflib.get_close_matches(str(scenario).lower(), list(SCENARIOS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise EnvError(f"fab scenario {scenario!r} is unknown; use one of {sorted(SCENARIOS)} "
                        "(hvlm/lvhm: the SMT2020 fabs in full; *_mini: scaled down for tests and training), "
-                       "or pass a hdppo.envs.builtin.fab.Scenario.")
+                       f"or pass a hdppo.envs.builtin.fab.Scenario.{hint}")
     if days is not None:
-        if not days > 0:
-            raise EnvError(f"fab days={days!r}: the horizon must be a positive number of days.")
+        if isinstance(days, bool) or not isinstance(days, (int, float)) or not days > 0:
+            raise EnvError(f"fab days={days!r}: the horizon must be a positive number of days (e.g. days: 7).")
         sc = replace(sc, days=float(days))
     return sc
 
