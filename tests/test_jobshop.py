@@ -486,3 +486,76 @@ def test_rules_follow_their_priority_in_every_state_of_a_schedule(scheme):
                 checked += 1
             d.schedule(int(rng.choice(legal)))
     assert checked == 3 * n * m * len(RULES)
+
+
+def _write_orlib(path: Path, inst) -> None:
+    rows = [" ".join(f"{m} {p}" for m, p in zip(mr, pr)) for mr, pr in zip(inst.machines.tolist(), inst.durations.tolist())]
+    path.write_text(f"instance {inst.name}\n+++\n{inst.n_jobs} {inst.n_machines}\n" + "\n".join(rows) + "\n+++\n")
+
+
+def _write_taillard(path: Path, inst) -> None:
+    times = "\n".join(" ".join(map(str, r)) for r in inst.durations.tolist())
+    machs = "\n".join(" ".join(str(m + 1) for m in r) for r in inst.machines.tolist())
+    path.write_text(f"Nb of jobs, Nb of Machines, Time seed, Machine seed, Upper bound, Lower bound\n"
+                    f"  {inst.n_jobs}  {inst.n_machines}  840612802  398197754  55  55\nTimes\n{times}\nMachines\n{machs}\n")
+
+
+def test_your_own_instance_from_a_file_or_a_mapping_in_the_config(tmp_path):
+    """An instance of your own, as an OR-Library or Taillard text file or a {name, durations,
+    machines} mapping in env.kwargs: each is ft06 itself when written from it (CP-SAT and the rules
+    then see the same instance), and a file of neither format is refused naming the file."""
+    ft06 = load_instance("ft06")
+    _write_orlib(tmp_path / "mine.txt", ft06)
+    _write_taillard(tmp_path / "tai.txt", ft06)
+    for path in (tmp_path / "mine.txt", tmp_path / "tai.txt"):
+        env = make_env(instance=str(path))
+        env.reset(seed=0)
+        assert env.instance.name == path.stem
+        assert (env.instance.durations == ft06.durations).all() and (env.instance.machines == ft06.machines).all()
+        assert run_rule(env.instance, "MOR")[0] == run_rule(ft06, "MOR")[0]
+    env = make_env(instance={"name": "tiny", "durations": [[3, 2], [2, 4]], "machines": [[0, 1], [1, 0]]})
+    env.reset(seed=0)
+    assert env.instance.size == "2x2" and env.instance.durations.dtype == np.int64
+    (tmp_path / "bad.txt").write_text("6 6\n1 2 3\n")
+    with pytest.raises(EnvError, match=r"bad\.txt.*6 jobs x 6 machines.*OR-Library"):
+        make_env(instance=str(tmp_path / "bad.txt"))
+    with pytest.raises(EnvError, match="cannot be read"):
+        make_env(instance=str(tmp_path / "none.txt"))
+    with pytest.raises(EnvError, match="missing: machines"):
+        make_env(instance={"durations": [[1, 2], [2, 1]]})
+
+
+@pytest.mark.parametrize("durations, machines, says", [
+    ([[3, 2], [2, 4]], [[1, 2], [2, 1]], "look 1-based: subtract 1"),
+    ([[1.5, 2], [2, 4]], [[0, 1], [1, 0]], r"durations\[0\]\[0\] is 1.5"),
+    ([[3, -2], [2, 4]], [[0, 1], [1, 0]], r"durations\[0\]\[1\] is -2"),
+    ([[3, 2], [2, 4]], [[0, 0], [1, 0]], "job 0 visits machines"),
+    ([[3, 2, 1], [2, 4]], [[0, 1], [1, 0]], "tables of whole numbers"),
+])
+def test_a_hand_built_instance_is_checked_where_it_is_made(durations, machines, says):
+    """Bad durations or machines fail with the instance's name and the fix, not deep in the
+    dispatcher (1-based machines raised an IndexError; 1.5 ran as 1)."""
+    from hdppo.envs.builtin.jobshop import Instance
+
+    with pytest.raises(EnvError, match=says):
+        Instance("mine", durations, machines)
+
+
+def test_a_rule_through_a_slot_ordered_env_plays_as_the_rule(tmp_path):
+    """With job_order: mwkr slots are not jobs: env.rule_action gives the rule's slot, so a rule
+    played through the env builds the rule's schedule (rule_choice's job index as an action did
+    not, silently), and an illegal action is flagged in the info."""
+    for rule in ("MOR", "spt"):
+        env = JobShopEnv(instance="ft06", job_order="mwkr")
+        env.reset(seed=0)
+        done, info = False, {}
+        while not done:
+            _, _, done, _, info = env.step(env.rule_action(rule))
+            assert "illegal_action" not in info
+        assert info["makespan"] == run_rule(load_instance("ft06"), rule.upper())[0]
+    env = JobShopEnv(instance="ft06", job_order="mwkr")
+    obs, _ = env.reset(seed=0)
+    illegal = int(np.flatnonzero(obs["action_mask"] == 0)[0])
+    assert env.step(illegal)[4]["illegal_action"] == illegal
+    with pytest.raises(EnvError, match="no dispatching rule 'MWRK'"):
+        env.rule_action("MWRK")

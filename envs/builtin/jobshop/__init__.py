@@ -16,10 +16,10 @@ the classic benchmark instances (ft, la, ta, abz, orb, swv, yn; :mod:`.instances
 | observation | Dict: ``observation`` Box(-10, 10, (D,), float32), ``action_mask`` Box(0, 1, (n,), int8) (1: legal), as PettingZoo's classic envs |
 | action | Discrete(n): the job whose next operation is dispatched (the job in that slot, see ``job_order``); masked to the scheme's candidates; an illegal action dispatches the lowest legal slot |
 | reward | ``-(LB_t - LB_{t-1}) / p_max``: the rise of the makespan lower bound (L2D's reward), ``LB`` = max over jobs of ready time + remaining work and over machines of free time + remaining load; it sums to ``-(makespan - LB_0) / p_max`` (``reward="makespan"``: also ``-LB_0 / p_max`` on the first step, so it sums to ``-makespan / p_max``) |
-| info | ``lower_bound``, ``decisions``; at the end also ``makespan``, ``makespan_over_lb`` (over ``LB_0``; both charted as ``episode/<key>``) and ``gap`` (% to the optimum / best known, benchmark instances) |
+| info | ``lower_bound``, ``decisions``, ``illegal_action`` (the action given, when it was not legal and the lowest legal slot was dispatched instead); at the end also ``makespan``, ``makespan_over_lb`` (over ``LB_0``; both charted as ``episode/<key>``) and ``gap`` (% to the optimum / best known, benchmark instances) |
 | episode | terminates when every operation is dispatched: at most ``n * m`` decisions, fewer with ``skip_single`` |
-| arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``observation="flat"`` (or ``"items"``, ``"items_lookahead"``, below), ``job_order="index"`` (slot i is job i; ``"mwkr"``: the slots list the candidates by most work remaining, then the other jobs, and action i dispatches the job in slot i; ``env.job_of(a)``), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
-| reset options | ``{"instance": name or Instance}``: this episode's instance (of the env's size) |
+| arguments | ``size="6x6"`` (random instances ``'NxM'``), ``instance=None`` (a benchmark name such as ``"ft06"``, your own instance as a file path (OR-Library or Taillard text format, :func:`read_instance_file`) or a mapping ``{name, durations, machines}`` (0-based machines), an :class:`Instance`, or a list of them cycled over resets; its size is the env's), ``scheme="active"`` (or ``"nondelay"``), ``reward="lower_bound"`` (or ``"makespan"``), ``low=1``, ``high=99`` (random durations), ``skip_single=True`` (dispatch a lone candidate without asking), ``observation="flat"`` (or ``"items"``, ``"items_lookahead"``, below), ``job_order="index"`` (slot i is job i; ``"mwkr"``: the slots list the candidates by most work remaining, then the other jobs, and action i dispatches the job in slot i; ``env.job_of(a)``, ``env.slot_of(job)``, ``env.rule_action("MOR")``), ``render_mode=None`` (or ``"rgb_array"``: the Gantt chart so far) |
+| reset options | ``{"instance": name, path, mapping or Instance}``: this episode's instance (of the env's size) |
 | factory | ``make_env(**kwargs)`` (``env.type: gymnasium``, ``entry_point: hdppo.envs.builtin.jobshop:make_env``) |
 
 **Schemes** (:mod:`.schedule`): ``active`` is Giffler & Thompson's: among the next operations take
@@ -57,10 +57,12 @@ violated constraint of a schedule; :mod:`.gantt` draws one (PNG, TensorBoard ima
 from .cpsat import CpSatResult, solve
 from .env import JobShopEnv, make_env, obs_dim
 from .gantt import gantt_image, log_gantt, save_gantt
-from .instances import FAMILIES, Instance, family_of, instance_names, load_instance, parse_size, random_instance
+from .instances import (FAMILIES, Instance, family_of, instance_from_dict, instance_names, load_instance, parse_size,
+                        random_instance, read_instance_file)
 from .rules import RULES, rule_choice, run_rule
 from .schedule import SCHEMES, Dispatcher, check_schedule, makespan
 
 __all__ = ["CpSatResult", "Dispatcher", "FAMILIES", "Instance", "JobShopEnv", "RULES", "SCHEMES", "check_schedule",
-           "family_of", "gantt_image", "instance_names", "load_instance", "log_gantt", "make_env", "makespan",
-           "obs_dim", "parse_size", "random_instance", "rule_choice", "run_rule", "save_gantt", "solve"]
+           "family_of", "gantt_image", "instance_from_dict", "instance_names", "load_instance", "log_gantt", "make_env",
+           "makespan", "obs_dim", "parse_size", "random_instance", "read_instance_file", "rule_choice", "run_rule",
+           "save_gantt", "solve"]

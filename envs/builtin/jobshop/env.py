@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ...errors import EnvError
-from .instances import Instance, load_instance, parse_size, random_instance
+from .instances import Instance, instance_from_dict, load_instance, parse_size, random_instance
 from .schedule import SCHEMES, Dispatcher
 
 __all__ = ["JobShopEnv", "make_env", "REWARDS", "obs_dim"]
@@ -36,7 +36,7 @@ def obs_dim(n: int, m: int, observation: str = "flat") -> int:
     return n * (JOB_FEATURES + m) + m * MACHINE_FEATURES + GLOBAL_FEATURES
 
 
-InstanceArg = Union[None, str, Instance, Sequence[Union[str, Instance]]]
+InstanceArg = Union[None, str, dict, Instance, Sequence[Union[str, dict, Instance]]]
 
 
 class JobShopEnv(gym.Env):
@@ -96,15 +96,27 @@ class JobShopEnv(gym.Env):
     def _as_instances(instance: InstanceArg) -> list[Instance]:
         if instance is None:
             return []
-        items = [instance] if isinstance(instance, (str, Instance)) else list(instance)
-        return [load_instance(i) if isinstance(i, str) else i for i in items]
+        items = [instance] if isinstance(instance, (str, dict, Instance)) else list(instance)
+        return [JobShopEnv._as_instance(i) for i in items]
+
+    @staticmethod
+    def _as_instance(item: Any) -> Instance:
+        """A shipped name or a file path, a ``{name, durations, machines}`` mapping, or an Instance."""
+        if isinstance(item, Instance):
+            return item
+        if isinstance(item, dict):
+            return instance_from_dict(item)
+        if isinstance(item, str):
+            return load_instance(item)
+        raise EnvError(f"jobshop: instance {item!r} is not a shipped name ('ft06'), a file path, a mapping "
+                       "{name, durations, machines} or a hdppo.envs.builtin.jobshop.Instance.")
 
     # --- gymnasium API ---------------------------------------------------------------------------
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
         chosen = (options or {}).get("instance")
         if chosen is not None:
-            inst = load_instance(chosen) if isinstance(chosen, str) else chosen
+            inst = self._as_instance(chosen)
             if (inst.n_jobs, inst.n_machines) != (self.n, self.m):
                 raise EnvError(f"jobshop: reset option instance {inst.name} is {inst.size}, this env is {self.n}x{self.m}.")
         elif self._fixed:
@@ -128,14 +140,18 @@ class JobShopEnv(gym.Env):
             raise EnvError("jobshop: step() before reset().")
         legal = d.legal()[self._perm]
         a = int(action)
-        if not (0 <= a < self.n) or not legal[a]:
+        replaced = not (0 <= a < self.n) or not legal[a]
+        if replaced:
             a = int(np.flatnonzero(legal)[0])   # an illegal action dispatches the lowest legal slot
         d.schedule(int(self._perm[a]))
         self.decisions += 1
         reward = self._pending + self._gain() + self._skip()
         self._pending = 0.0
         terminated = d.done
-        return self._obs(), float(reward), terminated, False, self._info()
+        info = self._info()
+        if replaced:   # said, so that a caller mixing up jobs and slots (job_order: mwkr) can tell
+            info["illegal_action"] = int(action)
+        return self._obs(), float(reward), terminated, False, info
 
     def _gain(self) -> float:
         lb = self.d.lower_bound()
@@ -221,6 +237,20 @@ class JobShopEnv(gym.Env):
     def job_of(self, action: int) -> int:
         """The job that ``action`` (a slot of the last observation) dispatches."""
         return int(self._perm[int(action)])
+
+    def slot_of(self, job: int) -> int:
+        """The action (slot of the last observation) that dispatches ``job``: with ``job_order:
+        mwkr`` slots are not jobs, so a job chosen outside the env goes through here."""
+        return int(np.flatnonzero(self._perm == int(job))[0])
+
+    def rule_action(self, rule: str) -> int:
+        """The action that the priority rule ``rule`` (``'MWKR'``, ``'SPT'``, ``'MOR'``, ``'FIFO'``,
+        ``'LWKR'``) takes now, in this env's slot order."""
+        from .rules import rule_choice
+
+        if self.d is None:
+            raise EnvError("jobshop: rule_action() before reset().")
+        return self.slot_of(rule_choice(self.d, rule))
 
     def action_masks(self) -> np.ndarray:
         """The legal actions (sb3-contrib's MaskablePPO convention), in the observation's slot order."""

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from ...errors import EnvError
 from .instances import Instance
 from .schedule import Dispatcher
 
@@ -32,10 +33,12 @@ RULES: dict[str, Callable[[Dispatcher], np.ndarray]] = {
 
 
 def rule_choice(d: Dispatcher, rule: str) -> int:
-    """The job ``rule`` dispatches next among ``d.legal()``."""
-    if rule not in RULES:
-        raise ValueError(f"jobshop: no dispatching rule {rule!r}; choose one of {', '.join(RULES)}")
-    score = np.where(d.legal(), RULES[rule](d), -np.inf)
+    """The job ``rule`` dispatches next among ``d.legal()`` (a job index: through an env whose
+    ``job_order`` is ``mwkr``, :meth:`JobShopEnv.rule_action` gives the slot)."""
+    key = str(rule).upper()
+    if key not in RULES:
+        raise EnvError(f"jobshop: no dispatching rule {rule!r}; choose one of {', '.join(RULES)}.")
+    score = np.where(d.legal(), RULES[key](d), -np.inf)
     return int(np.argmax(score))
 
 
