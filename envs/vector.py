@@ -96,7 +96,8 @@ class VectorMultiAgentEnv:
     # ``env.episode_metrics`` overrides): see :func:`episode_info_values`.
     episode_metrics: tuple[str, ...] = ()
     # Values per item of an env made for ``policy.encoder: set`` (``metadata["set_features"]``; the
-    # job shop's ``observation: items`` says 14), so that a config giving another width is refused.
+    # job shop's ``observation: items`` says 14), so that a config giving another width is refused;
+    # 0: the observation is no list of items (a set policy over it is refused).
     set_features: int | None = None
 
     def observation_space(self, agent: str) -> gym.Space: ...

@@ -288,6 +288,11 @@ def set_encoder_spec(spec: LayerSpec, features: int, declared: int | None = None
                            f"{features} values need {items * features} observation values, but the layer's "
                            f"observation has {spec.obs_dim}. Give the env's per-item width (job shop: "
                            f"observation: items, 14 per job; items_lookahead, 20).")
+    if declared == 0:
+        raise _layer_error(spec, "policy.encoder", "is 'set', but the env declares that its observation is not a "
+                           "list of items (metadata['set_features'] is 0): a set policy would read misaligned rows. "
+                           "Choose the env's item observation (job shop: env.kwargs.observation: items, or "
+                           "items_lookahead) or encoder 'mlp'.")
     if declared is not None and declared != features:
         raise _layer_error(spec, "policy.set_features", f"is {features}, but the env's items have {declared} "
                            f"values each (its metadata['set_features']); with another width the policy would read "

@@ -294,6 +294,11 @@ def test_set_features_must_match_the_width_the_env_declares():
     raw["layers"][0]["policy"]["set_features"] = 14   # the items layout's width, on items_lookahead rows
     with pytest.raises(ConfigError, match=r"policy.set_features: is 14, but the env's items have 20"):
         probe_env(validate(raw), 0)
+    # On the flat observation (122 values on 6x6: more than 6 rows of 14, so no width check caught it)
+    # a set policy trained on misaligned rows without a word.
+    raw["env"]["kwargs"] = {"size": "6x6", "observation": "flat"}
+    with pytest.raises(ConfigError, match=r"policy.encoder: is 'set', but the env declares that its observation is not"):
+        probe_env(validate(raw), 0)
 
 
 def test_set_preset_builds_a_size_free_policy():

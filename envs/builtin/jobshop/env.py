@@ -80,8 +80,9 @@ class JobShopEnv(gym.Env):
         self.skip_single = bool(skip_single)
         self.job_order = job_order
         self.observation = observation
-        if observation in ITEM_WIDTH:  # the width a set policy must be given (hierarchies.spec checks it)
-            self.metadata = {**self.metadata, "set_features": ITEM_WIDTH[observation]}
+        # The width a set policy must be given (hierarchies.spec checks it); 0: the flat observation is
+        # no list of items, and a set policy over it would read misaligned rows.
+        self.metadata = {**self.metadata, "set_features": ITEM_WIDTH.get(observation, 0)}
         self._perm = np.arange(n)
         self.render_mode = render_mode
         self.observation_space = spaces.Dict({
