@@ -436,6 +436,21 @@ def test_bad_arguments_name_the_fix(tmp_path):
         fab.FabEnv(agent_groups=["NoSuchGroup"])
     with pytest.raises(EnvError, match="days"):
         fab.FabEnv(days=0)
+    # Each names the argument and the fix where it was a bare TypeError, a one-step episode or nothing.
+    with pytest.raises(EnvError, match="days='three'.*positive number"):
+        fab.FabEnv(days="three")
+    with pytest.raises(EnvError, match="an empty list leaves no decision.*'hvlm_mini'"):
+        fab.FabEnv(agent_groups=[])
+    with pytest.raises(EnvError, match="objective 'tardyness'.*Did you mean 'tardiness'"):
+        fab.FabEnv(objective="tardyness")
+    with pytest.raises(EnvError, match="numeric weights"):
+        fab.FabEnv(objective={"tardiness": "1"})
+    with pytest.raises(EnvError, match="batch_wait=-5"):
+        fab.FabEnv(batch_wait=-5)
+    with pytest.raises(EnvError, match="reward_scale='0.01'"):
+        fab.FabEnv(reward_scale="0.01")
+    with pytest.raises(EnvError, match="Did you mean 'hvlm_mini'"):
+        fab.FabEnv(scenario="HVLM_mini")
 
 
 def test_a_partial_batch_is_legal_at_its_recheck_time():

@@ -1,6 +1,8 @@
 """The Gymnasium env over :class:`.sim.FabSim`: one step is one dispatching decision."""
 from __future__ import annotations
 
+import difflib
+
 import math
 from typing import Any
 
@@ -24,13 +26,25 @@ _MODEL_CACHE: dict = {}
 
 
 def _objective(objective: str | dict) -> dict[str, float]:
+    given = objective
     if isinstance(objective, str):
         objective = {objective: 1.0}
-    bad = sorted(set(objective) - set(OBJECTIVES))
-    if bad or not objective:
-        raise EnvError(f"fab objective {objective!r}: use one of {list(OBJECTIVES)} or a dict of weights over them, "
-                       "e.g. {tardiness: 1.0, throughput: 0.5}.")
+    bad = sorted(set(objective) - set(OBJECTIVES)) if isinstance(objective, dict) else [str(objective)]
+    numbers = isinstance(objective, dict) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in objective.values())
+    if bad or not objective or not numbers:
+        close = difflib.get_close_matches(str(bad[0]).lower(), list(OBJECTIVES), n=1) if bad else []
+        raise EnvError(f"fab objective {given!r}: use one of {list(OBJECTIVES)} or a dict of numeric weights over "
+                       "them, e.g. {tardiness: 1.0, throughput: 0.5}."
+                       + (f" Did you mean {close[0]!r}?" if close else ""))
     return {k: float(objective.get(k, 0.0)) for k in OBJECTIVES}
+
+
+def _number(name: str, value: Any, low: float, what: str) -> float:
+    """An env kwarg that must be a number >= ``low``, refused by name otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
+        raise EnvError(f"fab {name}={value!r}: {what}.")
+    return float(value)
 
 
 class FabEnv(gym.Env):
@@ -71,6 +85,10 @@ class FabEnv(gym.Env):
         self.action = action
         # The choices of one decision: the K candidate slots, or the rules (each always has a pick).
         self.n_choices = k if action == "slot" else len(RULES)
+        batch_wait = _number("batch_wait", batch_wait, 0.0, "the minutes a partial batch may wait must be a number >= 0")
+        reward_scale = _number("reward_scale", reward_scale, 0.0, "the reward's scale must be a number >= 0")
+        record_every = _number("record_every", record_every, 0.0, "the minutes between history() rows must be a "
+                               "number >= 0 (0 records none)")
         self.default_rule, self.hot_first, self.batch_wait = default_rule, hot_first, batch_wait
         self.crn, self.reference_rule = bool(crn), reference_rule
         self.setup_avoidance = bool(setup_avoidance)
@@ -84,9 +102,12 @@ class FabEnv(gym.Env):
             names = [agent_groups] if isinstance(agent_groups, str) else list(agent_groups)
             gidx = {groups[g]: g for g in used}
             bad = [n for n in names if n not in gidx]
-            if bad:
-                raise EnvError(f"fab agent_groups: {bad} are not tool groups of scenario {self.scenario!r}'s routes; "
-                               f"use 'all' or some of {sorted(gidx)[:12]}...")
+            label = scenario if isinstance(scenario, str) else f"{self.scenario.fab} ({self.scenario.days:g} days)"
+            if bad or not names:
+                raise EnvError(f"fab agent_groups: {bad if bad else 'an empty list'} "
+                               f"{'are not tool groups of' if bad else 'leaves no decision to the agent in'} scenario "
+                               f"{label!r}'s routes; use 'all' or some of {sorted(gidx)[:12]}"
+                               f"{'...' if len(gidx) > 12 else ''}.")
             chosen = [gidx[n] for n in names]
         self.agent_group_ids = np.array(chosen, np.int64)
         self._slot_of_group = -np.ones(len(groups), np.int64)
