@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import command_line, join_md, machine_line, stat, write_report  # noqa: E402
+from common import command_line, join_md, machine_line, run_main, stat, write_report  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 RULE_NAMES = ("MWKR", "SPT", "MOR", "FIFO")
@@ -109,7 +109,13 @@ class Dispatcher:
 
         self.torch = torch
         self.run_dir = Path(run_dir)
+        if not (self.run_dir / "config.yaml").is_file():
+            raise SystemExit(f"[jobshop] --run {run_dir}: no config.yaml there; give a run folder of `hdppo train` "
+                             "(the one its --run-dir named) trained on the job shop")
         self.cfg = load_config(self.run_dir / "config.yaml")
+        if "builtin.jobshop" not in str(self.cfg.env.entry_point or ""):
+            raise SystemExit(f"[jobshop] --run {run_dir}: a run of env {self.cfg.env.entry_point or self.cfg.env.id!r}, "
+                             "not of the job shop (hdppo.envs.builtin.jobshop:make_env); give a job-shop run")
         ckpt = policy_checkpoint(self.run_dir, which)  # a clear CheckpointError where there is none
         self.best = best_info(self.run_dir) if which == "best" else None
         self.checkpoint = ckpt
@@ -421,11 +427,12 @@ def markdown(report: dict) -> str:
              f"the size only (Taillard's law), {CHECKPOINT_NOTE[s.get('checkpoint', 'latest')]}; **greedy** = most probable legal job; "
              f"**best of {s['samples']}** = the best of {s['samples']} schedules sampled from the policy; **random "
              f"best-of-K**: the best of as many uniformly random non-delay schedules (what sampling alone buys). "
-             f"CP-SAT: OR-Tools {report['ortools']}, {s['cpsat_workers']} threads, hinted with the best rule's "
-             f"schedule; {s['cpsat_short']:g} s and {s['cpsat_long']:g} s limits; (makespan, opt = proven "
-             "optimal, feas = feasible with its proven lower bound LB). An instance optimal within "
-             f"{s['cpsat_short']:g} s is not re-run. CP-SAT {s['cpsat_long']:g} s on 15x15: only the first "
-             f"{s['cpsat60_large']} instances of each family (time); its family mean is then '-'.", ""]
+             + ("CP-SAT: not run (`--no-cpsat`); its columns read '-'." if s.get("no_cpsat") else
+                f"CP-SAT: OR-Tools {report['ortools']}, {s['cpsat_workers']} threads, hinted with the best rule's "
+                f"schedule; {s['cpsat_short']:g} s and {s['cpsat_long']:g} s limits; (makespan, opt = proven "
+                "optimal, feas = feasible with its proven lower bound LB). An instance optimal within "
+                f"{s['cpsat_short']:g} s is not re-run. CP-SAT {s['cpsat_long']:g} s on 15x15: only the first "
+                f"{s['cpsat60_large']} instances of each family (time); its family mean is then '-'."), ""]
     summary = ["## Summary (mean gap % per family)", "",
                "| family | n | policy greedy | policy best-of-K | random best-of-K | MWKR | SPT | MOR | FIFO | best rule | "
                f"best of MWKR, SPT, MOR | greedy at or below it | CP-SAT {s['cpsat_short']:g} s | "
@@ -538,7 +545,12 @@ def main(argv: list[str] | None = None) -> int:
         return runs.get(size, [])
     families = all_families() if args.families == "all" else FAMILIES
     if args.sizes:
-        keep = set(args.sizes.split(","))
+        keep = {k.strip().lower() for k in args.sizes.split(",") if k.strip()}
+        known = sorted({f[1] for f in families}, key=lambda z: tuple(int(v) for v in z.split("x")))
+        if not keep or keep - set(known):
+            ap.error(f"--sizes {args.sizes!r}: {', '.join(sorted(keep - set(known))) or 'none given'} has no "
+                     f"{args.families} instances; the sizes are {', '.join(known)}"
+                     + ("" if args.families == "all" else " (--families all adds the others)"))
         families = [f for f in families if f[1] in keep]
     if args.quick:
         families = [("ft06 (quick)", "6x6", ["ft06"]), ("la01 (quick)", "10x5", ["la01"])]
@@ -600,4 +612,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main, "benchmarks/jobshop.py"))

@@ -564,3 +564,22 @@ def test_a_rule_through_a_slot_ordered_env_plays_as_the_rule(tmp_path):
     assert env.step(illegal)[4]["illegal_action"] == illegal
     with pytest.raises(EnvError, match="no dispatching rule 'MWRK'"):
         env.rule_action("MWRK")
+
+
+def test_benchmark_refuses_a_size_it_has_no_instances_of_and_a_run_that_is_not_a_job_shop_run(tmp_path, capsys):
+    """--sizes 7x7 gave empty tables and exit 0; --run of another env's run failed with a
+    TypeError deep in the env; a folder without config.yaml listed every preset. Each is now named."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import jobshop as bench
+
+    with pytest.raises(SystemExit):
+        bench.main(["--sizes", "7x7", "--no-cpsat", "--out", str(tmp_path / "x")])
+    assert "--sizes '7x7': 7x7 has no classic instances; the sizes are 6x6, 10x5, 10x10, 15x15" in capsys.readouterr().err
+    (tmp_path / "fabrun").mkdir()
+    (tmp_path / "fabrun" / "config.yaml").write_text((ROOT / "configs" / "fab_flat.yaml").read_text())
+    with pytest.raises(SystemExit, match="not of the job shop"):
+        bench.main(["--sizes", "6X6", "--no-cpsat", "--run", f"6x6={tmp_path / 'fabrun'}", "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match="no config.yaml there"):
+        bench.main(["--sizes", "6x6", "--no-cpsat", "--run", f"6x6={tmp_path / 'nothing'}", "--out", str(tmp_path / "x")])
