@@ -390,8 +390,10 @@ class ImageEncoder(nn.Module):
         img = (img.reshape(-1, h, w, c).permute(0, 3, 1, 2) if self.channels_last
                else img.reshape(-1, c, h, w).contiguous(memory_format=torch.channels_last))
         if len(self.convs):
-            maps = self.convs[:-1](img)
-            feats = self.convs[-1](maps.permute(0, 2, 3, 1).reshape(maps.shape[0], -1))
+            # A loop, not convs[:-1]: TorchScript (hdppo export --format torchscript) cannot call a slice.
+            feats, last = img, len(self.convs) - 1
+            for i, layer in enumerate(self.convs):
+                feats = layer(feats.permute(0, 2, 3, 1).reshape(feats.shape[0], -1) if i == last else feats)
         else:  # an image smaller than one kernel: read as it is
             feats = img.permute(0, 2, 3, 1).reshape(img.shape[0], -1)
         z = self.act(self.dense(feats))

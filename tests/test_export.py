@@ -51,6 +51,10 @@ CASES = {  # name -> (config, layers to export)
                                           train=TRAIN, layers=[{"name": "control", "policy": {
                                               "encoder": "set", "set_features": 14, "set_attention": 1, "hidden": [16, 16]},
                                               "ppo": {"minibatch_size": 64, "num_epochs": 2}}]), ["control"]),
+    # An image policy (two convs: TorchScript could not script the slice convs[:-1] the forward used).
+    "lit_side_cnn": (tiny_config(env={"entry_point": "scripted_envs:lit_side"}, train=TRAIN, layers=[
+        {"name": "control", "policy": {"encoder": "cnn", "cnn_channels": [4, 4], "cnn_features": 16},
+         "ppo": {"minibatch_size": 64, "num_epochs": 2}}]), ["control"]),
 }
 MASKED = ("tictactoe", "jobshop_set", "jobshop_set_attention")
 
