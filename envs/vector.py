@@ -285,10 +285,30 @@ class InfoRows(Sequence):
         return out if self.grouped else out[:, 0]
 
 
+def policy_space(space: gym.spaces.Dict) -> gym.Space | None:
+    """What the policy reads of a Dict observation with an ``action_mask``: the ``observation``
+    entry when it is the only other key (PettingZoo's convention), else every key but the mask as
+    one Dict (flattened in Gymnasium's sorted key order, as ``gymnasium.spaces.flatten`` does), so
+    that nothing an env offers is dropped; None when the observation is the mask alone."""
+    rest = {k: v for k, v in space.spaces.items() if k != "action_mask"}
+    if not rest:
+        return None
+    return rest["observation"] if list(rest) == ["observation"] else gym.spaces.Dict(rest)
+
+
+def policy_values(space: gym.spaces.Dict, obs: Mapping[str, Any]) -> np.ndarray:
+    """The flat values of :func:`policy_space` in ``obs`` (float32)."""
+    inner = policy_space(space)
+    if inner is None:
+        return np.zeros(0, np.float32)
+    value = obs["observation"] if inner is space.spaces.get("observation") else {k: obs[k] for k in inner.spaces}
+    return np.asarray(gym.spaces.flatten(inner, value), np.float32)
+
+
 def flat_dims(space: gym.Space) -> tuple[int, int]:
     """(flat observation size, action-mask size) of one agent's observation space."""
     if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-        inner = space.spaces.get("observation")
+        inner = policy_space(space)
         return (gym.spaces.flatdim(inner) if inner is not None else 0), int(np.prod(space.spaces["action_mask"].shape))
     return int(gym.spaces.flatdim(space)), 0
 
@@ -556,6 +576,12 @@ class AdapterCopies(VectorMultiAgentEnv):
         self.slot = {a: k for k, a in enumerate(self.agents)}
         self._spaces = {a: first.observation_space(a) for a in self.agents}
         dims = {a: flat_dims(s) for a, s in self._spaces.items()}
+        blind = [a for a, (d, k) in dims.items() if k and not d]
+        if blind:
+            raise EnvError(f"env {self.name!r}: the observation of {blind[0]!r} is a Dict holding only its "
+                           "action_mask, so its policy would see nothing. Put what the agent observes beside the "
+                           "mask (under 'observation', or under keys of your own: every key but action_mask is "
+                           "the policy's input).")
         self.obs_dim = max(d for d, _ in dims.values())
         self.mask_dim = max(k for _, k in dims.values())
         self._masked = {a for a, (_, k) in dims.items() if k}
@@ -633,8 +659,7 @@ class AdapterCopies(VectorMultiAgentEnv):
             for (agent, o), s in zip(obs.items(), slots):
                 space = self._spaces[agent]
                 if agent in self._masked:
-                    inner = space.spaces.get("observation")  # type: ignore[union-attr]
-                    flat = gym.spaces.flatten(inner, o["observation"]) if inner is not None else np.zeros(0)
+                    flat = policy_values(space, o)  # type: ignore[arg-type]
                     m = np.asarray(o["action_mask"], np.float32).reshape(-1)
                     self._masks[i, s, : m.size] = m  # type: ignore[index]
                 elif agent in self._box:

@@ -15,7 +15,7 @@ import numpy as np
 from ..envs.errors import user_code
 from ..envs.loading import check_signature
 from ..envs.teachers import is_vectorized_teacher
-from ..envs.vector import VecObs, VectorMultiAgentEnv, flat_dims
+from ..envs.vector import VecObs, VectorMultiAgentEnv, flat_dims, policy_space, policy_values
 from ..platform.config import Config, LayerConfig, SquadsSpec
 from ..platform.errors import ConfigError, EnvError
 
@@ -68,9 +68,7 @@ def command_vector(layer: LayerConfig, action: np.ndarray) -> np.ndarray:
 def split_obs(space: gym.Space, obs: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """Flat observation, and the action mask when the observation is {observation, action_mask}."""
     if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-        inner = space.spaces.get("observation")
-        flat = gym.spaces.flatten(inner, obs["observation"]) if inner is not None else np.zeros(0)
-        return flat.astype(np.float32, copy=False), np.asarray(obs["action_mask"], np.float32).reshape(-1)
+        return policy_values(space, obs), np.asarray(obs["action_mask"], np.float32).reshape(-1)
     return gym.spaces.flatten(space, obs).astype(np.float32, copy=False), None
 
 
@@ -252,7 +250,9 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
     shape = p.image_shape
     if shape is None:
         space = probe.observation_space(known[0])
-        if isinstance(space, gym.spaces.Dict) and "observation" in space.spaces:
+        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+            space = policy_space(space)
+        elif isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["observation"]:
             space = space.spaces["observation"]
         if not (spec.bottom and spec.cfg.observation.source == "env" and isinstance(space, gym.spaces.Box)
                 and len(space.shape) == 3):

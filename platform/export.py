@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..envs.vector import policy_space
 from ..hierarchies.spec import LayerSpec, probe_env
 from ..policies.networks import MASKED_LOGIT, ActorCritic
 from ..policies.normalizers import RunningStats
@@ -120,6 +121,7 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
     try:
         spec = next(s for s in specs if s.name == layer)
         slot, agents = int(venv.obs_dim), list(venv.agents)
+        obs_space = venv.observation_space(agents[0]) if agents else None
     finally:
         venv.close()
     p = spec.cfg.policy
@@ -142,7 +144,7 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
         _onnx(model, example, out)
     else:
         torch.jit.save(torch.jit.script(model), str(out))
-    doc = layout(cfg, spec, specs, slot, agents, policy, mean, std, masked)
+    doc = layout(cfg, spec, specs, slot, agents, policy, mean, std, masked, obs_space)
     doc = {"format": fmt, "file": out.name, **(source or {}), "version": state.get("version"),
            "env_steps": state.get("env_steps"),
            "env_steps_counted": "by this layer's DPPO group (groups share train.total_env_steps)", **doc}
@@ -186,7 +188,24 @@ def _space(space: gym.Space) -> dict[str, Any]:
     return {"type": type(space).__name__, "repr": repr(space)}
 
 
-def _env_field(cfg: Config, spec: LayerSpec, slot: int) -> dict[str, Any]:
+def _dict_parts(space: gym.Space | None) -> list[dict[str, Any]] | None:
+    """Where each key of a Dict observation lands in the flat policy input (Gymnasium flattens a
+    Dict in its sorted key order, not the order the env declared), so that code outside hdppo
+    builds the same vector; None for any other space."""
+    if not isinstance(space, gym.spaces.Dict):
+        return None
+    inner = policy_space(space) if "action_mask" in space.spaces else space
+    if not isinstance(inner, gym.spaces.Dict):
+        return None
+    parts, offset = [], 0
+    for key, sub in inner.spaces.items():
+        size = int(gym.spaces.flatdim(sub))
+        parts.append({"key": key, "offset": offset, "size": size, "space": _space(sub)})
+        offset += size
+    return parts
+
+
+def _env_field(cfg: Config, spec: LayerSpec, slot: int, obs_space: gym.Space | None = None) -> dict[str, Any]:
     src = spec.cfg.observation.source
     width = spec.obs_dim - spec.command_in - len(spec.agent_ids)
     out: dict[str, Any] = {"name": "env", "offset": 0, "size": width, "source": src}
@@ -196,7 +215,11 @@ def _env_field(cfg: Config, spec: LayerSpec, slot: int) -> dict[str, Any]:
         out["description"] = f"{src}(env_obs, members, env): the view this function returns, flattened"
     elif spec.bottom:
         out["description"] = ("the acting agent's own observation, flattened with gymnasium.spaces.flatten "
-                              "(for a Dict observation with action_mask: its 'observation' entry)")
+                              "(for a Dict observation with action_mask: its 'observation' entry, or every key "
+                              "but the mask when there are others)")
+        parts = _dict_parts(obs_space)
+        if parts:
+            out["parts"] = parts
     else:
         members = {lane: m or "all agents" for lane, m in spec.members.items()}
         out["description"] = (f"the lane's member agents' flat observations side by side, each in a slot of {slot} "
@@ -221,9 +244,10 @@ def _command_field(cfg: Config, spec: LayerSpec, offset: int) -> dict[str, Any]:
 
 
 def layout(cfg: Config, spec: LayerSpec, specs: list[LayerSpec], slot: int, agents: list[str],
-           policy: ActorCritic, mean: np.ndarray, std: np.ndarray, masked: bool) -> dict[str, Any]:
+           policy: ActorCritic, mean: np.ndarray, std: np.ndarray, masked: bool,
+           obs_space: gym.Space | None = None) -> dict[str, Any]:
     """What the exported model takes and returns, field by field (the JSON written beside it)."""
-    fields = [_env_field(cfg, spec, slot)]
+    fields = [_env_field(cfg, spec, slot, obs_space)]
     offset = fields[0]["size"]
     if spec.command_in:
         fields.append(_command_field(cfg, spec, offset))

@@ -407,3 +407,51 @@ class StrictMaskedMultiEnv(StrictMaskedEnv):
 
 def strict_masked_multi():
     return StrictMaskedMultiEnv()
+
+
+class KeyedMaskedParallel:
+    """A PettingZoo ParallelEnv whose agents observe ``{cue: Box(1), pos: Box(2), action_mask}``:
+    no ``observation`` key, as many games lay them out (``keys=("action_mask",)`` leaves the mask
+    alone). ``cue`` is the step count, ``pos`` is ``[10, 20]``; episodes last 3 steps."""
+
+    metadata = {"name": "keyed_masked"}
+
+    def __init__(self, keys=("cue", "pos", "action_mask")):
+        self.possible_agents = ["a_0", "a_1"]
+        self.agents = []
+        boxes = {"cue": gym.spaces.Box(0, 10, (1,), np.float32), "pos": gym.spaces.Box(0, 50, (2,), np.float32),
+                 "action_mask": gym.spaces.MultiBinary(3)}
+        self._space = gym.spaces.Dict({k: boxes[k] for k in keys})
+        self.t = 0
+
+    def observation_space(self, agent):
+        return self._space
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(3)
+
+    def _obs(self):
+        full = {"cue": np.array([self.t], np.float32), "pos": np.array([10.0, 20.0], np.float32),
+                "action_mask": np.array([1, 1, 0], np.int8)}
+        return {a: {k: full[k] for k in self._space.spaces} for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        end = self.t >= 3
+        obs = self._obs()
+        out = (obs, {a: 1.0 for a in self.agents}, {a: end for a in self.agents}, {a: False for a in self.agents},
+               {a: {} for a in self.agents})
+        if end:
+            self.agents = []
+        return out
+
+    def close(self):
+        pass
+
+
+def keyed_masked(**kwargs):
+    return KeyedMaskedParallel(**kwargs)

@@ -244,3 +244,22 @@ def test_export_refuses_a_file_named_for_the_other_format(runs, tmp_path, capsys
     msg = _error(capsys, str(runs["cartpole"]), "--format", "torchscript", "--out", str(tmp_path / "m.onnx"))
     assert "a .onnx file with --format torchscript" in msg and "Name it m.pt, or pass --format onnx" in msg
     assert not list(tmp_path.iterdir())
+
+
+def test_the_layout_says_where_each_key_of_a_dict_observation_lands():
+    """Gymnasium flattens a Dict in sorted key order, not in the order the env declared it: the
+    JSON lists each key's offset, so robot-side code builds the same vector (the mask left out)."""
+    import gymnasium as gym
+
+    from hdppo.platform.export import _dict_parts
+
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(-1, 1, (3,)), "desired_goal": gym.spaces.Box(-1, 1, (2,)),
+                             "achieved_goal": gym.spaces.Box(-1, 1, (2,))})
+    assert [(p["key"], p["offset"], p["size"]) for p in _dict_parts(space)] == [
+        ("achieved_goal", 0, 2), ("desired_goal", 2, 2), ("observation", 4, 3)]
+    masked = gym.spaces.Dict({"pos": gym.spaces.Box(0, 1, (2,)), "cue": gym.spaces.Discrete(3),
+                              "action_mask": gym.spaces.MultiBinary(4)})
+    assert [(p["key"], p["offset"], p["size"]) for p in _dict_parts(masked)] == [("cue", 0, 3), ("pos", 3, 2)]
+    assert _dict_parts(gym.spaces.Box(0, 1, (3,))) is None
+    assert _dict_parts(gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (3,)),
+                                        "action_mask": gym.spaces.MultiBinary(2)})) is None

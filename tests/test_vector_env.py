@@ -303,3 +303,23 @@ def test_agent_that_comes_back_without_an_end_is_alive_again():
         assert (res.alive[:, 1] == (not gone)).all() and (res.acting[:, 1] == (not gone)).all(), t
         assert (res.obs[:, 1, 0] == (0.0 if gone else t)).all() and (res.obs[:, 0, 0] == t).all(), t
         assert (res.rewards[:, 1] == (0.0 if t > 70 and gone else 1.0)).all(), t
+
+
+def test_a_masked_dict_observation_gives_the_policy_every_key_but_the_mask():
+    """{cue, pos, action_mask} (no 'observation' key): the policy reads cue and pos, flattened in
+    Gymnasium's sorted key order; the keys other than 'observation' were dropped, and without an
+    'observation' key every worker failed on a zero-width input. A mask alone is refused by name."""
+    from hdppo.envs.errors import EnvError
+    from hdppo.envs.vector import make_vector_env
+
+    venv = make_vector_env("pettingzoo", None, "scripted_envs:keyed_masked", {}, None, 2, seed=0)
+    first = venv.reset(seed=0)
+    assert venv.obs_dim == 3 and venv.mask_dim == 3
+    np.testing.assert_array_equal(first.obs[0, 0], [0.0, 10.0, 20.0])      # cue, then pos
+    np.testing.assert_array_equal(first.masks[0, 0], [1, 1, 0])
+    step = venv.step(np.zeros((2, 2, 1), np.int64))
+    np.testing.assert_array_equal(step.obs[1, 1], [1.0, 10.0, 20.0])
+    venv.close()
+    with pytest.raises(EnvError, match="holding only its action_mask"):
+        make_vector_env("pettingzoo", None, "scripted_envs:keyed_masked", {"keys": ("action_mask",)}, None, 1,
+                        seed=0).reset(seed=0)
