@@ -136,7 +136,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         # One env copy, so its returns may differ a little from the several copies of a plain eval.
         rec = record_video(cfg, states, args.video, args.episodes, seed=args.seed, fps=args.fps,
                            scripted=args.scripted)
-        returns = rec.returns
+        returns, metrics = rec.returns, rec.metrics
         video = {"video": str(args.video), "frames": rec.frames, "size": list(rec.size or ()), "fps": rec.fps,
                  "lengths": rec.lengths}
     else:

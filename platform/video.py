@@ -39,6 +39,7 @@ DEFAULT_FPS = 30.0
 # GIF frame delays are in 1/100 s and browsers slow delays under 0.02 s down to 0.1 s: faster
 # envs (MuJoCo's 125 fps) keep every k-th frame in a GIF so that it plays at its real speed.
 GIF_MAX_FPS = 25.0
+TINY_SIDE, MIN_SIDE = 64, 160  # frames under 64 px a side (MinAtar's 10x10) are scaled up by a whole factor to 160+
 MAX_FRAMES = 100_000          # hdppo eval --video: a safety cap for envs that never end
 TENSORBOARD_MAX_SIDE = 256    # TensorBoard clips are scaled down to this many pixels on their long side
 _RENDER_FIX = ("Record an env that renders frames: a Gymnasium or PettingZoo env that lists 'rgb_array' in "
@@ -261,6 +262,7 @@ class Recording:
     size: tuple[int, int] | None = None      # (width, height) of the frames written
     fps: float = DEFAULT_FPS
     labels: list[list[str]] = field(default_factory=list)  # the overlay's lines of each frame (hierarchies)
+    metrics: dict[str, float] = field(default_factory=dict)  # the env's episode metrics, means over the episodes
 
 
 class Recorder:
@@ -312,6 +314,9 @@ class Recorder:
         from PIL import Image, ImageDraw
 
         img = Image.fromarray(frame)
+        if max(img.size) < TINY_SIDE:  # a 10x10 MinAtar screen: whole pixels, large enough to see and to label
+            k = math.ceil(MIN_SIDE / max(img.size))
+            img = img.resize((img.width * k, img.height * k), Image.NEAREST)
         if self.max_side and max(img.size) > self.max_side:
             scale = self.max_side / max(img.size)
             img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.BILINEAR)
@@ -351,6 +356,8 @@ class Recorder:
                 rec.returns.append(float(ret))
                 rec.lengths.append(int(length))
         self._pending = None
+        # As hdppo eval prints them without a video: each declared metric's mean over the episodes.
+        rec.metrics = {k: float(np.mean(v)) for k, v in self.sampler.episode_infos.items() if v}  # type: ignore[union-attr]
         return rec
 
     def close(self) -> None:
@@ -430,7 +437,8 @@ def record_video(cfg: Any, states: dict[str, dict[str, Any]], path: str | Path, 
             tmp.unlink(missing_ok=True)
             raise ConfigError(f"--video {path}: the finished video could not be moved there ({exc.strerror or exc}). "
                               "Name a file in a folder you can write to.") from None
-        rec.fps = rate
+        # What the file holds: a GIF keeps every stride-th frame (GIF_MAX_FPS).
+        rec.frames, rec.fps = (len(writer.frames), writer.fps) if isinstance(writer, _Gif) else (rec.frames, rate)
         return rec
     finally:
         recorder.close()

@@ -334,7 +334,15 @@ class ScoredCountdown(CountdownEnv):
     """A countdown that reports, on its last step, ``score`` = the episode's length and
     ``reached`` = 1 when the agent pressed action 1 on that step; declares them as episode metrics."""
 
-    metadata = {"name": "scored_countdown", "episode_metrics": ("score", "reached")}
+    metadata = {"name": "scored_countdown", "episode_metrics": ("score", "reached"), "render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None, **kwargs):
+        super().__init__(**kwargs)
+        self.render_mode = render_mode
+
+    def render(self):
+        """A 10x10 screen (MinAtar's size), brighter with t."""
+        return np.full((10, 10, 3), min(255, 40 * self.t), np.uint8)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = super().step(action)

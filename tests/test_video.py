@@ -225,3 +225,26 @@ def test_record_video_leaves_no_partial_file_when_the_name_cannot_be_taken(cartp
     with pytest.raises(ConfigError, match="could not be moved there"):
         record_video(cfg, states, tmp_path / "v.gif", 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.gif"] and not list((tmp_path / "v.gif").iterdir())
+
+
+def test_a_tiny_screen_is_scaled_up_and_the_summary_says_what_the_file_holds(tmp_path, capsys):
+    """A 10x10 screen (MinAtar's size) came out as a 10x10 video; a GIF keeps every other frame
+    of a 30 fps episode, and the summary counted the frames made, not those written; the env's
+    episode metrics were left out of an eval with --video."""
+    from PIL import Image
+
+    from hdppo.platform.video import Recorder
+
+    rec = Recorder.__new__(Recorder)
+    rec.max_side, rec._font = None, None
+    assert rec._compose(np.zeros((10, 10, 3), np.uint8), None).shape == (160, 160, 3)
+    assert rec._compose(np.zeros((64, 96, 3), np.uint8), None).shape == (64, 96, 3)
+    data = tiny_config(env={"entry_point": "scripted_envs:scored_countdown", "kwargs": {"render_mode": "rgb_array"}},
+                       train={"eval_episodes": 0, "total_env_steps": 64},
+                       layers=[{"ppo": {"minibatch_size": 32, "num_epochs": 1},
+                                "dppo": {"num_workers": 1, "num_envs_per_worker": 2, "train_batch_size": 32}}])
+    run = trained(data, tmp_path / "run")
+    result = eval_json(capsys, run, "--video", tmp_path / "v.gif", "--episodes", 2, "--fps", 30)
+    gif = Image.open(tmp_path / "v.gif")
+    assert result["frames"] == gif.n_frames < sum(result["lengths"]) and result["fps"] == 15
+    assert "score" in result["episode_metrics"]
