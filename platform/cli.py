@@ -6,6 +6,7 @@ and its ``--help`` is what users of RL tools already know.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -109,7 +110,34 @@ def _run_dir_config(run_dir: Path, fix: str, working_dir: str | None = None):
     return cfg
 
 
+@contextlib.contextmanager
+def _stdout_kept_for_json(active: bool):
+    """With ``--json``, stdout holds the JSON alone: whatever the env prints while the episodes run
+    (PyBullet's ``argv[0]=`` lines, from C) goes to stderr, at the file-descriptor level too."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved_fd, saved_obj = os.dup(1), sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        sys.stdout = saved_obj
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
+    with _stdout_kept_for_json(args.json):
+        result, metrics, video, ckpt_name = _eval_result(args)
+    _print_eval(args, result, metrics, video, ckpt_name)
+    return 0
+
+
+def _eval_result(args: argparse.Namespace) -> tuple[dict, dict, dict | None, str]:
     import numpy as np
 
     from .checkpoint import learner_states, load_checkpoint, policy_checkpoint
@@ -147,10 +175,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)), "returns": returns,
               "episode_metrics": metrics}
     result |= video or {}
+    return result, metrics, video, ckpt.name
+
+
+def _print_eval(args: argparse.Namespace, result: dict, metrics: dict, video: dict | None, ckpt_name: str) -> None:
+    returns = result["returns"]
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{ckpt.name}: {len(returns)} episode{'' if len(returns) == 1 else 's'}, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
+        print(f"{ckpt_name}: {len(returns)} episode{'' if len(returns) == 1 else 's'}, return {result['return_mean']:.2f} ± {result['return_std']:.2f}")
         if args.scripted:
             print(f"  acting by their teacher.policy, not their weights: {', '.join(args.scripted)}")
         if args.sampled_actions:
@@ -160,7 +193,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if video:
             w, h = video["size"]
             print(f"[hdppo] video: {args.video} ({video['frames']} frames, {w}x{h}, {video['fps']:g} fps)")
-    return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

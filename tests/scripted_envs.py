@@ -463,3 +463,9 @@ class KeyedMaskedParallel:
 
 def keyed_masked(**kwargs):
     return KeyedMaskedParallel(**kwargs)
+
+
+def chatty_countdown(**kwargs):
+    """A countdown whose factory prints to stdout, as PyBullet does (``argv[0]=``) for each copy."""
+    print("argv[0]=")
+    return CountdownEnv(terminate_at=5, **kwargs)

@@ -248,3 +248,17 @@ def test_a_tiny_screen_is_scaled_up_and_the_summary_says_what_the_file_holds(tmp
     gif = Image.open(tmp_path / "v.gif")
     assert result["frames"] == gif.n_frames < sum(result["lengths"]) and result["fps"] == 15
     assert "score" in result["episode_metrics"]
+
+
+def test_eval_json_keeps_stdout_for_the_json_alone(tmp_path, capsys):
+    """An env that prints to stdout while it is made (PyBullet's argv[0]= lines) made `eval
+    --json | jq` fail: its output now goes to stderr, and stdout holds the one JSON object."""
+    data = tiny_config(env={"entry_point": "scripted_envs:chatty_countdown"},
+                       train={"eval_episodes": 0, "total_env_steps": 64},
+                       layers=[{"ppo": {"minibatch_size": 32, "num_epochs": 1},
+                                "dppo": {"num_workers": 1, "num_envs_per_worker": 2, "train_batch_size": 32}}])
+    run = trained(data, tmp_path / "run")
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["episodes"] == 2 and "argv[0]=" not in out and "argv[0]=" in err
