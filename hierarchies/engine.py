@@ -22,6 +22,7 @@ command: then it closes now, bootstrapped from V(next observation), as a flat PP
 from __future__ import annotations
 
 import functools
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -361,6 +362,10 @@ class Sampler:
                 members = [self.venv.agents[k] for k in p.members[lane]]
                 out[n, lane] = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
                                           np.float32).reshape(-1)
+            if not math.isfinite(float(out.sum(dtype=np.float64))):  # a NaN would reach env.step as an action
+                n, lane = (int(i[0]) for i in np.nonzero(~np.isfinite(out).all(axis=-1)))
+                raise ValueError(f"it returned a non-finite value (nan or inf) for lane {p.lanes[lane]!r} of copy {n}; "
+                                 "a view must return finite numbers")
         return out
 
     def _teacher(self, p: _Plan, due: np.ndarray, dim: int) -> np.ndarray:

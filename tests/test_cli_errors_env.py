@@ -278,7 +278,9 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
         "def reward_none(command, obs, next_obs, action, info):\n"
         "    return None\n"
         "def reward_dict(command, obs, next_obs, action, info):\n"
-        "    return float(info)\n")
+        "    return float(info)\n"
+        "def view_nan(raw_obs, members, env):\n"
+        "    return [float('nan'), 0.0]\n")
     base = ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r"]
     for field, value, words in (
             ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_dict",
@@ -287,6 +289,8 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
             ("layers.strategy.observation.source", "hdppo_t_raise:view",
              ["layers[0] (strategy).observation.source 'hdppo_t_raise:view' raised KeyError: 'nobody'",
               "hdppo_t_raise.py, line 2, in view", "view(raw_obs, members, env)"]),
+            ("layers.strategy.observation.source", "hdppo_t_raise:view_nan",   # it reached env.step as a NaN action
+             ["'hdppo_t_raise:view_nan' raised ValueError: it returned a non-finite value", "(on the value it returned)"]),
             ("layers.control.reward.intrinsic_fn", "hdppo_t_raise:reward_none",
              ["'hdppo_t_raise:reward_none' raised TypeError", "(on the value it returned)"]),
             ("layers.strategy.teacher", "{policy: 'hdppo_t_raise:teacher'}",
