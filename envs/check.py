@@ -284,8 +284,14 @@ def _rollout(adapter, steps: int) -> int:
         for a in adapter.acting:
             space = adapter.action_space(a)
             mask = obs.get(a, {}).get("action_mask") if isinstance(obs.get(a), dict) else None
-            if mask is not None and isinstance(space, gym.spaces.Discrete):
-                actions[a] = int(rng.choice(np.flatnonzero(mask)))
+            if mask is not None and not np.asarray(mask).any():
+                raise EnvError(f"env {adapter.name!r}: agent {a!r} is asked to act at step {t}, but its action_mask "
+                               "allows no action, so a policy can only pick an illegal one. Leave at least one "
+                               "legal action (a no-op), or leave the agent out of the step's agents while it "
+                               "cannot act.")
+            if mask is not None and isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+                actions[a] = _legal_sample(space, np.asarray(mask).reshape(-1), rng)
+                actions[a] = int(actions[a]) if isinstance(space, gym.spaces.Discrete) else actions[a]
             else:
                 actions[a] = space.sample()
         obs, rew, _, _, _ = adapter.step(actions)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+from pettingzoo import ParallelEnv
 
 
 class CountdownEnv(gym.Env):
@@ -417,30 +418,33 @@ def strict_masked_multi():
     return StrictMaskedMultiEnv()
 
 
-class KeyedMaskedParallel:
+class KeyedMaskedParallel(ParallelEnv):
     """A PettingZoo ParallelEnv whose agents observe ``{cue: Box(1), pos: Box(2), action_mask}``:
     no ``observation`` key, as many games lay them out (``keys=("action_mask",)`` leaves the mask
     alone). ``cue`` is the step count, ``pos`` is ``[10, 20]``; episodes last 3 steps."""
 
-    metadata = {"name": "keyed_masked"}
+    metadata = {"name": "keyed_masked", "render_modes": []}
 
-    def __init__(self, keys=("cue", "pos", "action_mask")):
+    def __init__(self, keys=("cue", "pos", "action_mask"), dead_mask_at=None):
+        self.dead_mask_at = dead_mask_at   # from this step on, every action is masked out
         self.possible_agents = ["a_0", "a_1"]
         self.agents = []
         boxes = {"cue": gym.spaces.Box(0, 10, (1,), np.float32), "pos": gym.spaces.Box(0, 50, (2,), np.float32),
                  "action_mask": gym.spaces.MultiBinary(3)}
         self._space = gym.spaces.Dict({k: boxes[k] for k in keys})
+        self._actions = {a: gym.spaces.Discrete(3) for a in self.possible_agents}
         self.t = 0
 
     def observation_space(self, agent):
         return self._space
 
     def action_space(self, agent):
-        return gym.spaces.Discrete(3)
+        return self._actions[agent]
 
     def _obs(self):
         full = {"cue": np.array([self.t], np.float32), "pos": np.array([10.0, 20.0], np.float32),
-                "action_mask": np.array([1, 1, 0], np.int8)}
+                "action_mask": np.array([0, 0, 0] if self.dead_mask_at is not None and self.t >= self.dead_mask_at
+                                        else [1, 1, 0], np.int8)}
         return {a: {k: full[k] for k in self._space.spaces} for a in self.agents}
 
     def reset(self, seed=None, options=None):
@@ -469,3 +473,8 @@ def chatty_countdown(**kwargs):
     """A countdown whose factory prints to stdout, as PyBullet does (``argv[0]=``) for each copy."""
     print("argv[0]=")
     return CountdownEnv(terminate_at=5, **kwargs)
+
+
+def keyed_masked_dead(**kwargs):
+    """:class:`KeyedMaskedParallel` whose masks allow nothing from step 1 on."""
+    return KeyedMaskedParallel(dead_mask_at=1, **kwargs)

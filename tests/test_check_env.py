@@ -108,3 +108,12 @@ def test_check_env_plays_a_masked_multidiscrete_env_component_by_component():
     out = check_target("scripted_envs:strict_masked_multi", steps=40)
     assert "the action_mask (5) masks its logits" in out
     assert "16 episodes ended" in out   # every step legal: 2 copies x 40 steps, 5 steps an episode
+
+
+def test_check_env_says_when_an_agent_must_act_with_every_action_masked():
+    """An all-zero action_mask crashed the rollout with numpy's 'a cannot be empty'; training
+    then picks an illegal action. The check names the agent and the step."""
+    out = check_target("scripted_envs:keyed_masked", steps=20)
+    assert "OK" in out
+    with pytest.raises(EnvError, match=r"agent 'a_0' is asked to act at step 1, but its action_mask allows no action"):
+        check_target("scripted_envs:keyed_masked_dead", steps=20)
