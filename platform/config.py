@@ -431,8 +431,11 @@ class ActionSpec(_Strict):
                              "bottom layer's actions (type env) go to the env already")
         if self.type == "discrete" and self.n is None:
             raise ValueError("a discrete command needs n (the number of commands), e.g. {type: discrete, n: 4}")
-        if self.type == "multidiscrete" and (not self.nvec or any(k < 2 for k in self.nvec)):
-            raise ValueError("a multidiscrete command needs nvec, each >= 2, e.g. {type: multidiscrete, nvec: [3, 2]}")
+        # A component of 1 is a choice with one option (a squad's target when the enemy has one squad),
+        # kept so that a command's layout stays the same across scenarios.
+        if self.type == "multidiscrete" and (not self.nvec or any(k < 1 for k in self.nvec) or max(self.nvec) < 2):
+            raise ValueError("a multidiscrete command needs nvec, each >= 1 and one of them >= 2, e.g. "
+                             "{type: multidiscrete, nvec: [3, 2]}")
         if self.type == "box":
             if not self.low or not self.high or len(self.low) != len(self.high):
                 raise ValueError("a box command needs low and high lists of the same length")

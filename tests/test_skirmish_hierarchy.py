@@ -120,3 +120,18 @@ def test_a_few_updates_of_each_layer_then_games_with_outcomes(preset, tmp_path):
     assert rec.frames >= rec.lengths[0] >= 1 and len(rec.returns) == 1
     gif = Image.open(tmp_path / "battle.gif")
     assert gif.n_frames >= 2 and gif.size[1] > gif.size[0] * 24 / 32 * 0.9  # the map, plus the commands' band
+
+
+def test_the_three_layers_train_on_3v3_with_a_one_option_target(tmp_path):
+    """3v3 has one squad a side: the squad's target is a one-option component (nvec [1, 3, 2]),
+    which order_teacher and skirmish_follow_order read; the config refused any component below 2,
+    so the hierarchy could not run on the documented 3v3 scenario at all."""
+    data = small("skirmish_hierarchy.yaml", steps=1200)
+    data["env"]["kwargs"]["scenario"] = "3v3"
+    squad, strategy = (next(x for x in data["layers"] if x["name"] == n) for n in ("squad", "strategy"))
+    squad["agents"] = {"squads": {"squad_0": ["red_0", "red_1", "red_2"]}}
+    squad["action"]["nvec"], strategy["action"]["nvec"] = [1, 3, 2], [3]
+    summary = Trainer(validate(data), tmp_path / "run", quiet=True).train()
+    assert summary["updates"] >= 2
+    with pytest.raises(Exception, match="one of them >= 2"):
+        validate({**data, "layers": [{**squad, "action": {"type": "multidiscrete", "nvec": [1, 1]}}]})
