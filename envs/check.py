@@ -34,8 +34,16 @@ def _make(target: Any) -> tuple[Any, str, str, dict]:
                            "Gymnasium id, or 'module:factory'.")
         raise EnvError(f"{target!r} is a config file: load it first and pass its env section "
                        "(hdppo check-env does this), or give an env id or 'module:factory'.")
-    if ":" in target:
-        env = call_factory(resolve_entry_point(target), target, {})
+    module_name, colon, attr = target.partition(":")
+    if colon and not attr.isidentifier():   # 'highway_env:highway-fast-v0': Gymnasium's module:EnvId
+        env = make_gym_env(target)
+    elif colon:
+        factory = resolve_entry_point(target)
+        if _needs_num_envs(factory):
+            raise EnvError(f"{target!r} is a batched factory (it takes num_envs): check it through a config whose "
+                           "env.type is vector or gymnasium_vector, e.g. `hdppo check-env my_config.yaml` or a "
+                           "preset that uses it (`hdppo check-env skirmish_flat`).")
+        env = call_factory(factory, target, {})
     else:
         env = make_gym_env(target)
     if isinstance(env, gym.Env):
@@ -44,6 +52,17 @@ def _make(target: Any) -> tuple[Any, str, str, dict]:
         raise EnvError(f"env {target!r}: the factory returned {type(env).__name__}, not an env. Return a "
                        "gymnasium.Env, or a PettingZoo ParallelEnv or AEC env (reset and step methods).")
     return env, "pettingzoo", target, {}
+
+
+def _needs_num_envs(factory: Any) -> bool:
+    """Whether ``factory`` requires a ``num_envs`` argument (a natively vectorised env's factory)."""
+    import inspect
+
+    try:
+        p = inspect.signature(factory).parameters.get("num_envs")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.default is inspect.Parameter.empty
 
 
 BATCHED = ("vector", "gymnasium_vector")

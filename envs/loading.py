@@ -129,8 +129,12 @@ def call_factory(factory: Callable[..., Any], name: str, kwargs: dict, how: str 
         raise  # the env's own clear error
     except Exception as exc:  # noqa: BLE001 - any error in the user's factory: say which, what and with what
         if isinstance(exc, TypeError) and _rejects(factory, kwargs, exc):
-            raise EnvError(f"env {name!r} rejected its arguments ({exc}){': ' + how if how else ''}. Check "
+            raise EnvError(f"env {name!r} rejected its arguments ({exc}){'; ' + how if how else ''}. Check "
                            "env.kwargs in the config and the factory's signature.") from exc
+        if name.startswith("hdppo.envs.builtin.") and isinstance(exc, (ValueError, KeyError)):
+            # A built-in env refusing a value: the fix is the config's, not the factory's.
+            raise EnvError(f"env {name!r} refused env.kwargs {kwargs}: {exc}. Change env.kwargs in the config "
+                           "(the env's module docstring lists its arguments).") from exc
         call = _call_text(name, kwargs)
         module_name, colon, attr = name.partition(":")
         show = (f'`python -c "from {module_name} import {attr}; {call}"` in its folder' if colon

@@ -55,9 +55,14 @@ def resolve_config_path(arg: str | Path) -> Path:
     if name in presets:
         return presets[name]
     close = difflib.get_close_matches(name, list(presets), n=1) if looks_like_name and name else []
+    # configs/NAME.yaml from outside the repository (the README's commands run from its root): the
+    # installed preset of that name is the same file.
+    same = path.stem if not looks_like_name and path.parent.name == "configs" and path.stem in presets else None
     missing = (f"{arg} is a folder, not a config file" if path.is_dir() else f"config file {arg} does not exist") + \
         (f", and no preset is named {name!r}" if looks_like_name else "") + \
-        (f" (did you mean {close[0]!r}?)" if close else "")
+        (f" (did you mean {close[0]!r}?)" if close else "") + \
+        (f" here (the README's commands run from the repository's root); the preset {same!r} is that file, "
+         f"installed: `hdppo train {same}`" if same else "")
     listed = (f", or one of the presets: {', '.join(presets)} (`hdppo presets` says what each trains)" if presets else
               "; no presets are installed here (pip install . from the repository installs them)")
     raise ConfigError(f"{missing}. Pass the path to a YAML file, e.g. configs/default.yaml{listed}.")

@@ -183,8 +183,9 @@ def _make_render_env(cfg: Any, seed: int | None, grab: Callable[[np.ndarray, boo
     try:
         venv = make_env(rcfg, 1, seed)
     except EnvError as exc:
-        why = str(exc).removesuffix(" Check env.kwargs in the config.").rstrip(".")  # the kwargs are fine
-        raise EnvError(f"env {name!r} could not be made with render_mode='rgb_array' ({why}). " + _RENDER_FIX) from None
+        # The config's kwargs are fine (training made the env from them): render_mode is what was refused.
+        why = str(exc).split(". Check env.kwargs", 1)[0].rstrip(".")
+        raise EnvError(f"env {name!r} could not be made with render_mode='rgb_array': {why}. " + _RENDER_FIX) from None
     if cfg.env.type == "vector":
         if not callable(getattr(venv, "render_copy", None)):
             venv.close()

@@ -117,3 +117,22 @@ def test_check_env_says_when_an_agent_must_act_with_every_action_masked():
     assert "OK" in out
     with pytest.raises(EnvError, match=r"agent 'a_0' is asked to act at step 1, but its action_mask allows no action"):
         check_target("scripted_envs:keyed_masked_dead", steps=20)
+
+
+def test_check_env_takes_a_module_env_id_and_says_a_batched_factory_needs_a_config():
+    """'module:EnvId' is a Gymnasium id there as in a config (it was read as module:factory), and a
+    batched factory named alone is told to come through a config (it failed on num_envs)."""
+    assert "OK" in check_target("gymnasium.envs.classic_control:CartPole-v1", steps=10)
+    with pytest.raises(EnvError, match="batched factory .* through a config whose env.type is vector"):
+        check_target("hdppo.envs.builtin.skirmish:make_vector")
+
+
+def test_a_built_in_env_refusing_a_value_points_at_env_kwargs():
+    """A built-in env's ValueError on a kwarg is the config's to fix, not 'Fix the factory'."""
+    from hdppo.envs.loading import call_factory, resolve_entry_point
+
+    name = "hdppo.envs.builtin.skirmish:parallel_env"
+    with pytest.raises(EnvError) as err:
+        call_factory(resolve_entry_point(name), name, {"opponent": "focus_kyte"})
+    assert "Change env.kwargs in the config" in str(err.value) and "Fix the factory" not in str(err.value)
+    assert "focus_kite" in str(err.value)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+
 from hdppo.envs.check import _env_warnings
 from hdppo.platform.cli import main
 
@@ -110,3 +112,14 @@ def test_every_layer_of_a_group_charts_its_workers_replaced(capsys, tmp_path, mo
                  "--set", "groups=[{layers: [strategy, control]}]", "--run-dir", "r"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert {r["layer"] for r in rows if r["tag"] == "perf/workers_replaced"} == {"strategy", "control"}
+
+
+def test_a_repository_config_path_run_elsewhere_points_at_the_installed_preset(tmp_path, monkeypatch):
+    """`hdppo train configs/X.yaml` outside the repository (the README runs from its root) named
+    no way out but the list of presets; it now names the preset that is that file."""
+    from hdppo.platform.errors import ConfigError
+    from hdppo.platform.presets import resolve_config_path
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"the preset 'skirmish_flat' is that file, installed: `hdppo train skirmish_flat`"):
+        resolve_config_path("configs/skirmish_flat.yaml")
