@@ -333,7 +333,14 @@ class Trainer:
         for layer in self.cfg.layers:
             if layer.schedule.checkpoint is None or self.resume:
                 continue
-            states = learner_states(load_checkpoint(resolve_checkpoint(layer.schedule.checkpoint)))
+            where = f"layers[{self.cfg.layers.index(layer)}] ({layer.name}).schedule.checkpoint"
+            try:
+                found = resolve_checkpoint(layer.schedule.checkpoint)
+            except CheckpointError as exc:  # say which field, and how such a run comes about
+                raise CheckpointError(f"{where}: {exc} This layer starts from another run's weights: train that "
+                                      f"run first (into {layer.schedule.checkpoint}, from the folder you run in), or "
+                                      "point the field at one.") from None
+            states = learner_states(load_checkpoint(found))
             if layer.name not in states:
                 raise CheckpointError(f"layer {layer.name!r}, schedule.checkpoint: {layer.schedule.checkpoint} has no "
                                       f"layer of that name (it has {', '.join(states)}).")

@@ -342,3 +342,12 @@ def test_a_factory_error_is_not_blamed_on_its_arguments_and_a_pettingzoo_factory
     assert code == 0, err
     assert not (scratch / "r").exists() or (scratch / "r" / "summary.json").exists()
     sys.modules.pop("hdppo_t_fac", None)
+
+
+def test_a_missing_frozen_checkpoint_names_the_field_and_how_it_comes_about(scratch, capsys):
+    """ant_navigate in a fresh folder said only that runs/ant_navigate_walk is no run dir; the
+    error now names layers[i] (walk).schedule.checkpoint and says to train that run first."""
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--set", "layers.control.schedule.checkpoint=runs/no_walk",
+                             "--run-dir", "r"])
+    assert code == 2 and "layers[1] (control).schedule.checkpoint: runs/no_walk is neither" in err, err
+    assert "train that run first" in err
