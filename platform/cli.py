@@ -32,6 +32,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     past = (f" (train.total_env_steps {over:,}, passed by the last update's whole batch)"
             if over and summary["env_steps"] > over else "")
     print(f"[hdppo] done: {summary['env_steps']:,} env steps{past} in {summary['wall_s']:.0f}s of training{total}{ev}")
+    for name, gate in summary.get("never_started", {}).items():
+        wait = ", ".join(f"{k} {v:,}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in gate.items())
+        print(f"[hdppo] layer {name!r} never trained: its schedule.start_after ({wait}) was not reached, so its "
+              "weights are the initial ones. Raise train.total_env_steps, or lower start_after.")
     print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, summary.json, checkpoints/)")
     print(f"[hdppo] TensorBoard logs: {run_dir}/tb  ->  tensorboard --logdir {run_dir}/tb")
     return 0

@@ -343,6 +343,11 @@ class DPPOGroup:
                   flush=True)
             self.resize(n)
 
+    @property
+    def updates(self) -> int:
+        """The updates this group has made in this process."""
+        return self._updates
+
     def resize(self, num_workers: int) -> int:
         """Grow or shrink the pool between updates; returns the new size.
 

@@ -616,6 +616,12 @@ class Trainer:
         wall = time.time() - t_start
         summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall, "total_env_steps": total,
                                    "last_return": last_return, "run_dir": str(self.run_dir)}
+        # Layers whose start_after was never met keep their first weights: said, or eval and export
+        # would go ahead on them in silence.
+        waiting = {name: self.cfg.layer(name).schedule.start_after for g in self.groups
+                   if g.updates == 0 and not self._started(g) for name in g.layers}
+        if waiting:
+            summary["never_started"] = {n: gate.model_dump(exclude_none=True) for n, gate in waiting.items() if gate}
         if self.stop:  # in the loop, or while its last checkpoint was written
             self.metrics.close()
             # Counted from the checkpoint: an abandoned update may still move the groups' counters.

@@ -351,3 +351,17 @@ def test_a_missing_frozen_checkpoint_names_the_field_and_how_it_comes_about(scra
                              "--run-dir", "r"])
     assert code == 2 and "layers[1] (control).schedule.checkpoint: runs/no_walk is neither" in err, err
     assert "train that run first" in err
+
+
+def test_a_layer_whose_start_after_is_never_reached_is_named_at_the_end(scratch, capsys):
+    """A tiny hexapod_terrain run ended with its route layer untrained and nothing said; eval and
+    export then went ahead on initial weights. The done line now names the layer and its gate."""
+    code = main(["train", CORRIDOR, *TINY, "--set", "layers.strategy.schedule.start_after={layer: control, env_steps: 1000000}",
+                 "--run-dir", "r"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0
+    assert ("layer 'strategy' never trained: its schedule.start_after (layer control, env_steps 1,000,000) was not "
+            "reached") in out, out
+    import json
+
+    assert json.loads((scratch / "r" / "summary.json").read_text())["never_started"]["strategy"]["env_steps"] == 1000000
