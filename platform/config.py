@@ -819,7 +819,9 @@ class Config(_Strict):
             where = f"layers[{i}] ({layer.name})"
             if layer.action.type == "env":
                 raise ValueError(f"{where}.action: only the bottom layer takes env actions; give this layer a "
-                                 "command space, e.g. {type: discrete, n: 4}")
+                                 "command space, e.g. {type: discrete, n: 4}. (Layers are levels of one hierarchy, "
+                                 "not roles side by side: agents of different roles share the bottom layer's "
+                                 "weights, told apart by observation.agent_id: true.)")
             below = self.layers[i + 1]
             # A command handed to the env (to_env) reaches the layers below through the env.
             # Rewarded for following: a function with a weight (at weight 0 it is only charted).
