@@ -296,9 +296,10 @@ def policy_space(space: gym.spaces.Dict) -> gym.Space | None:
     return rest["observation"] if list(rest) == ["observation"] else gym.spaces.Dict(rest)
 
 
-def policy_values(space: gym.spaces.Dict, obs: Mapping[str, Any]) -> np.ndarray:
-    """The flat values of :func:`policy_space` in ``obs`` (float32)."""
-    inner = policy_space(space)
+def policy_values(space: gym.spaces.Dict, obs: Mapping[str, Any], inner: gym.Space | None = None) -> np.ndarray:
+    """The flat values of :func:`policy_space` in ``obs`` (float32); ``inner``: that space, when the
+    caller keeps it (an adapter, at every step)."""
+    inner = policy_space(space) if inner is None else inner
     if inner is None:
         return np.zeros(0, np.float32)
     value = obs["observation"] if inner is space.spaces.get("observation") else {k: obs[k] for k in inner.spaces}
@@ -585,6 +586,7 @@ class AdapterCopies(VectorMultiAgentEnv):
         self.obs_dim = max(d for d, _ in dims.values())
         self.mask_dim = max(k for _, k in dims.values())
         self._masked = {a for a, (_, k) in dims.items() if k}
+        self._policy_spaces = {a: policy_space(self._spaces[a]) for a in self._masked}  # type: ignore[arg-type]
         self._box = {a for a, s in self._spaces.items() if isinstance(s, gym.spaces.Box)}
         self._dims = {a: d for a, (d, _) in dims.items()}
         self._uniform = len(self._box) == len(self.agents) and len(set(self._dims.values())) == 1
@@ -659,7 +661,7 @@ class AdapterCopies(VectorMultiAgentEnv):
             for (agent, o), s in zip(obs.items(), slots):
                 space = self._spaces[agent]
                 if agent in self._masked:
-                    flat = policy_values(space, o)  # type: ignore[arg-type]
+                    flat = policy_values(space, o, self._policy_spaces[agent])  # type: ignore[arg-type]
                     m = np.asarray(o["action_mask"], np.float32).reshape(-1)
                     self._masks[i, s, : m.size] = m  # type: ignore[index]
                 elif agent in self._box:
