@@ -399,6 +399,23 @@ def run_main(main, prog: str) -> int:
         return 2
 
 
+def builtin_run_config(run_dir: Path, flag: str, entry_point: str, what: str):
+    """The config of ``run_dir``, a run folder of ``hdppo train`` trained on the built-in env
+    ``entry_point`` (``what`` names it); a folder without config.yaml or a run of another env is
+    refused by name, before a benchmark spends minutes on anything else."""
+    from hdppo.platform.config import load_config
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise SystemExit(f"{flag} {run_dir}: no config.yaml there; give a run folder of `hdppo train` "
+                         f"(the one its --run-dir named) trained on {what}")
+    cfg = load_config(run_dir / "config.yaml")
+    if str(cfg.env.entry_point or "").split(":")[0] != entry_point.split(":")[0]:
+        raise SystemExit(f"{flag} {run_dir}: a run of env {cfg.env.entry_point or cfg.env.id!r}, not of {what} "
+                         f"({entry_point}); give a run trained on {what}")
+    return cfg
+
+
 def save_files(out: Path, report: dict, markdown: str) -> None:
     """``out``.json (the report) and ``out``.md (its table), the folder made if need be."""
     out = Path(out)

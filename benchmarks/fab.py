@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import run_main, save_files, stat  # noqa: E402
+from common import builtin_run_config, run_main, save_files, stat  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 METRICS = ("mean_tardiness_h", "tardy_fraction", "mean_cycle_time_h", "throughput_lots_per_day", "released",
@@ -99,24 +99,7 @@ def run_rules(scenario: str, days: float | None, seeds: list[int], tb: Path | No
 
 def policy_config(run_dir: Path):
     """The config of a fab run folder of ``hdppo train``; anything else is refused by name."""
-    from hdppo.platform.config import load_config
-
-    if not (run_dir / "config.yaml").is_file():
-        raise SystemExit(f"--policy {run_dir}: no config.yaml there; pass a run folder of `hdppo train` "
-                         "(the one its --run-dir named)")
-    cfg = load_config(run_dir / "config.yaml")
-    if "builtin.fab" not in str(cfg.env.entry_point or ""):
-        raise SystemExit(f"--policy {run_dir}: a run of env {cfg.env.entry_point or cfg.env.id!r}, not of the fab "
-                         "(hdppo.envs.builtin.fab:make_env); pass a run trained on the fab")
-    return cfg
-
-
-def policy_checkpoint(run_dir: Path) -> Path:
-    """The last checkpoint of ``run_dir``."""
-    ckpts = sorted((run_dir / "checkpoints").glob("*")) if (run_dir / "checkpoints").is_dir() else []
-    if not ckpts:
-        raise SystemExit(f"--policy {run_dir}: no checkpoints yet; train it longer than its checkpoint_every")
-    return ckpts[-1]
+    return builtin_run_config(run_dir, "--policy", "hdppo.envs.builtin.fab:make_env", "the fab")
 
 
 def parse_days(text: str, scenarios: list[str]) -> dict[str, float]:
@@ -138,7 +121,7 @@ def parse_days(text: str, scenarios: list[str]) -> dict[str, float]:
 
 
 def run_policy(run_dir: Path, scenario: str, days: float | None, seeds: list[int], tb: Path | None, **sim) -> dict:
-    from hdppo.platform.checkpoint import learner_states, load_checkpoint
+    from hdppo.platform.checkpoint import learner_states, load_checkpoint, policy_checkpoint
     from hdppo.platform.config import validate
     from hdppo.platform.evaluation import evaluate_episodes
 
@@ -277,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     from hdppo.envs.builtin.fab import get_scenario
+    from hdppo.platform.checkpoint import policy_checkpoint
 
     for sc in scenarios:
         get_scenario(sc)   # an unknown name is refused before any rule runs
@@ -289,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (eq and name and run_dir):
             raise SystemExit(f"--policy {spec!r}: give NAME=RUN_DIR")
         cfg = policy_config(Path(run_dir))
-        policy_checkpoint(Path(run_dir))
+        policy_checkpoint(Path(run_dir))   # a clear CheckpointError where there is none
         trained_on = (cfg.env.kwargs or {}).get("scenario", "hvlm_mini")
         if any(sc != trained_on for sc in scenarios):
             print(f"fab.py: note: --policy {name} was trained on {trained_on!r}; it is evaluated on "

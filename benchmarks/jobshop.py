@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from common import command_line, join_md, machine_line, run_main, stat, write_report  # noqa: E402
+from common import builtin_run_config, command_line, join_md, machine_line, run_main, stat, write_report  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 RULE_NAMES = ("MWKR", "SPT", "MOR", "FIFO")
@@ -103,19 +103,13 @@ class Dispatcher:
 
         from hdppo.hierarchies.spec import probe_env
         from hdppo.platform.checkpoint import best_info, learner_states, load_checkpoint, policy_checkpoint
-        from hdppo.platform.config import load_config
         from hdppo.policies.networks import ActorCritic
         from hdppo.policies.normalizers import RunningStats
 
         self.torch = torch
         self.run_dir = Path(run_dir)
-        if not (self.run_dir / "config.yaml").is_file():
-            raise SystemExit(f"[jobshop] --run {run_dir}: no config.yaml there; give a run folder of `hdppo train` "
-                             "(the one its --run-dir named) trained on the job shop")
-        self.cfg = load_config(self.run_dir / "config.yaml")
-        if "builtin.jobshop" not in str(self.cfg.env.entry_point or ""):
-            raise SystemExit(f"[jobshop] --run {run_dir}: a run of env {self.cfg.env.entry_point or self.cfg.env.id!r}, "
-                             "not of the job shop (hdppo.envs.builtin.jobshop:make_env); give a job-shop run")
+        self.cfg = builtin_run_config(self.run_dir, "[jobshop] --run", "hdppo.envs.builtin.jobshop:make_env",
+                                      "the job shop")
         ckpt = policy_checkpoint(self.run_dir, which)  # a clear CheckpointError where there is none
         self.best = best_info(self.run_dir) if which == "best" else None
         self.checkpoint = ckpt

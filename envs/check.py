@@ -197,7 +197,7 @@ def check_target(target: Any, steps: int = 200) -> str:
     return "\n".join(lines)
 
 
-def _legal_sample(space: gym.Space, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _legal_sample(space: gym.Space, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray | int:
     """A random action legal under ``mask``, as a masked policy draws one: for a MultiDiscrete
     space the mask is the components' logits side by side (``sum(nvec)`` values), one legal
     index drawn per component; a component with no legal value takes 0."""
@@ -208,7 +208,7 @@ def _legal_sample(space: gym.Space, mask: np.ndarray, rng: np.random.Generator) 
         legal = np.flatnonzero(mask[at:at + n] > 0)
         out.append(int(rng.choice(legal)) if len(legal) else 0)
         at += n
-    return np.asarray(out if isinstance(space, gym.spaces.MultiDiscrete) else out[0])
+    return np.asarray(out) if isinstance(space, gym.spaces.MultiDiscrete) else out[0]
 
 
 def _why_observation(target: Any) -> str:
@@ -310,7 +310,6 @@ def _rollout(adapter, steps: int) -> int:
                                "cannot act.")
             if mask is not None and isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
                 actions[a] = _legal_sample(space, np.asarray(mask).reshape(-1), rng)
-                actions[a] = int(actions[a]) if isinstance(space, gym.spaces.Discrete) else actions[a]
             else:
                 actions[a] = space.sample()
         obs, rew, _, _, _ = adapter.step(actions)

@@ -330,10 +330,10 @@ class Trainer:
 
     def _load_schedule_checkpoints(self) -> None:
         """``schedule.checkpoint``: start a layer from another run's weights."""
-        for layer in self.cfg.layers:
+        for i, layer in enumerate(self.cfg.layers):
             if layer.schedule.checkpoint is None or self.resume:
                 continue
-            where = f"layers[{self.cfg.layers.index(layer)}] ({layer.name}).schedule.checkpoint"
+            where = f"layers[{i}] ({layer.name}).schedule.checkpoint"
             try:
                 found = resolve_checkpoint(layer.schedule.checkpoint)
             except CheckpointError as exc:  # say which field, and how such a run comes about

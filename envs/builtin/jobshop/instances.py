@@ -132,14 +132,18 @@ def _listing() -> str:
     return "; ".join(f"{g[0]} ... {g[-1]}" if len(g) > 3 else ", ".join(g) for g in groups.values())
 
 
-@functools.cache
 def load_instance(name: str) -> Instance:
     """A benchmark instance by name (``'ft06'``, ``'la16'``, ``'ta01'``), or your own from a file
-    (a path ending in ``.txt`` / ``.jss`` or one that exists: :func:`read_instance_file`); an
-    unknown name is an :class:`EnvError` listing the names."""
-    raw = _raw()
-    if name not in raw and (Path(name).suffix in (".txt", ".jss", ".dat") or os.sep in name or Path(name).is_file()):
+    (a path ending in ``.txt`` / ``.jss`` or one that exists: :func:`read_instance_file`, read
+    afresh each time); an unknown name is an :class:`EnvError` listing the names."""
+    if name not in _raw() and (Path(name).suffix in (".txt", ".jss", ".dat") or os.sep in name or Path(name).is_file()):
         return read_instance_file(name)
+    return _shipped(name)
+
+
+@functools.cache
+def _shipped(name: str) -> Instance:
+    raw = _raw()
     if name not in raw:
         close = difflib.get_close_matches(str(name), list(raw), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
