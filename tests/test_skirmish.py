@@ -44,6 +44,14 @@ def test_spaces_are_cached_and_sized_alike_in_every_scenario():
     assert [len(e.possible_agents) for e in envs] == [3, 8, 10]
 
 
+@pytest.mark.parametrize("max_steps", [0, -5, 2.5, "40", True])
+def test_a_max_steps_that_is_not_a_positive_whole_number_is_refused(max_steps):
+    # 0 used to fall back to the scenario's 150 in silence, and -5 ended every episode at once
+    with pytest.raises(ValueError, match=r"max_steps must be a whole number of steps >= 1.*150"):
+        parallel_env(scenario="8v8_mixed", max_steps=max_steps)
+    assert parallel_env(scenario="8v8_mixed", max_steps=np.int64(7)).battle.max_steps == 7
+
+
 def test_random_masked_play_stays_legal_and_inside_the_space():
     env = parallel_env(scenario="8v8_mixed", opponent="nearest")
     obs, _ = env.reset(seed=1)

@@ -141,7 +141,11 @@ class Battle:
         self.K = max(k_enemies, k_allies)
         self.A = ATTACK0 + k_enemies + k_allies
         self.S = scenario.n_squads
-        self.max_steps = int(max_steps or scenario.max_steps)
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                      or max_steps < 1):
+            raise ValueError(f"skirmish: max_steps must be a whole number of steps >= 1 (or left out for the "
+                             f"scenario's {scenario.max_steps}), not {max_steps!r}")
+        self.max_steps = int(scenario.max_steps if max_steps is None else max_steps)
         self.weights = rewards
         self.rng = rng if rng is not None else np.random.default_rng()
         self.width, self.height = float(sc.width), float(sc.height)
