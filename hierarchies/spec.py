@@ -248,14 +248,20 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
         raw = spec.bottom and spec.cfg.observation.source == "env"
         return set_encoder_spec(spec, int(p.set_features), probe.set_features if raw else None)
     shape = p.image_shape
+    space = probe.observation_space(known[0])
+    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+        space = policy_space(space)
+    elif isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["observation"]:
+        space = space.spaces["observation"]
+    env_image = (spec.bottom and spec.cfg.observation.source == "env" and isinstance(space, gym.spaces.Box)
+                 and len(space.shape) == 3)
+    if shape is not None and env_image and list(shape) != list(space.shape):
+        # Any other shape would cut the env's image into rows that are not its rows.
+        raise _layer_error(spec, "policy.image_shape", f"{list(shape)} is not the shape of this env's image "
+                           f"observation {list(space.shape)}; leave policy.image_shape out (it is read from the "
+                           f"env) or set it to {list(space.shape)}.")
     if shape is None:
-        space = probe.observation_space(known[0])
-        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-            space = policy_space(space)
-        elif isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["observation"]:
-            space = space.spaces["observation"]
-        if not (spec.bottom and spec.cfg.observation.source == "env" and isinstance(space, gym.spaces.Box)
-                and len(space.shape) == 3):
+        if not env_image:
             raise _layer_error(spec, "policy.image_shape", "encoder 'cnn' needs the image's shape: set "
                                "policy.image_shape ([H, W, C] or [C, H, W]); it is inferred only for the bottom "
                                "layer of an env whose observation is a rank-3 Box"

@@ -129,6 +129,17 @@ def test_image_shape_is_inferred_from_a_rank_3_box(chw):
     assert specs[0].encoder["chw"] == (2, 8, 8) and specs[0].encoder["channels_last"] is (not chw)
 
 
+def test_an_image_shape_other_than_the_envs_image_is_refused():
+    # [4, 4, 2] used to be accepted: the first 32 of the 128 values were read as a 4x4 image
+    venv, _, specs = probe_env(_lit_side_config(image_shape=[8, 8, 2]), 0)
+    venv.close()
+    assert specs[0].encoder["chw"] == (2, 8, 8)
+    for shape in ([4, 4, 2], [2, 8, 8]):
+        with pytest.raises(ConfigError, match=r"policy.image_shape.*not the shape of this env's image observation "
+                                              r"\[8, 8, 2\]"):
+            probe_env(_lit_side_config(image_shape=shape), 0)
+
+
 def test_cnn_on_a_flat_observation_asks_for_image_shape():
     cfg = validate(tiny_config(layers=[{"name": "control", "policy": {"encoder": "cnn"}}]))
     with pytest.raises(ConfigError, match="policy.image_shape"):
