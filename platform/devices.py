@@ -23,6 +23,12 @@ def gpus_available(backend: str) -> float:
     return float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
 
 
+def devices_seen(backend: str) -> str:
+    """Where GPUs were looked for, as a user would check it."""
+    return ("the Ray cluster reports none, ray.cluster_resources()" if backend == "ray" else
+            "torch in this process sees none, torch.cuda.is_available()")
+
+
 def resolve_device(requested: str, backend: str, where: str) -> str:
     """``cpu`` or ``cuda`` for a learner that asked for ``requested``; ``where`` names the config
     field in the error when ``cuda`` is asked for and there is none."""

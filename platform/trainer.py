@@ -28,6 +28,7 @@ from .budget import groups_to_update, levels
 from .checkpoint import (best_info, latest_checkpoint, layout_mismatch, learner_states, load_checkpoint,
                          policy_mismatch, resolve_checkpoint, sampled_env_steps, save_best, save_checkpoint)
 from .config import Config, dump_config, load_config, validate
+from .devices import devices_seen
 from .elastic import scale_request_pending, take_scale_request
 from .errors import CheckpointError, ConfigError, HdppoError
 from .evaluation import SELECTION_SEED_OFFSET, evaluate, evaluate_with_metrics
@@ -233,6 +234,10 @@ class Trainer:
                 print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
                       f"(capped at its share, {share:g}, of the {total_cpus:g} CPUs Ray reports)", flush=True)
             self.groups.append(DPPOGroup(self.cfg, names, self.backend, self.service, dims, workers, share, budget))
+            auto = {n: dev for n, dev in self.groups[-1].devices.items() if self.cfg.learner_of(n).device == "auto"}
+            if auto and not self.quiet:  # what 'auto' picked, said once: a CPU fallback is otherwise invisible
+                print("[hdppo] learner.device auto: " + ", ".join(f"layer {n!r} on {dev}" for n, dev in auto.items())
+                      + ("" if "cuda" in auto.values() else f" (no GPU: {devices_seen(self.backend.name)})"), flush=True)
         self._load_schedule_checkpoints()
         if self.resume:
             self._restore(resume_state)  # type: ignore[arg-type]
@@ -615,7 +620,8 @@ class Trainer:
             self.metrics.flush()
         wall = time.time() - t_start
         summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall, "total_env_steps": total,
-                                   "last_return": last_return, "run_dir": str(self.run_dir)}
+                                   "last_return": last_return, "run_dir": str(self.run_dir),
+                                   "learner_devices": {n: dev for g in self.groups for n, dev in g.devices.items()}}
         # Layers whose start_after was never met keep their first weights: said, or eval and export
         # would go ahead on them in silence.
         waiting = {name: self.cfg.layer(name).schedule.start_after for g in self.groups

@@ -94,11 +94,15 @@ def test_cpu_trains_and_checkpoints_hold_cpu_tensors(tmp_path):
     assert all(t.device.type == "cpu" for t in tensors)
 
 
-def test_auto_trains_on_ray_without_a_gpu(ray_session, tmp_path):
+def test_auto_trains_on_ray_without_a_gpu_and_says_where(ray_session, tmp_path, capsys):
     cfg = _with_device("auto", ray={"backend": "ray"}, train={"eval_episodes": 0})
-    trainer = Trainer(validate(cfg), tmp_path / "run", quiet=True)
-    assert trainer.train()["updates"] == 2
+    trainer = Trainer(validate(cfg), tmp_path / "run")
+    summary = trainer.train()
+    assert summary["updates"] == 2 and summary["learner_devices"] == {"control": "cpu"}
     assert trainer.groups[0].devices == {"control": "cpu"}
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("learner.device auto: layer 'control' on cpu (no GPU: the Ray cluster reports none, "
+            "ray.cluster_resources())") in out
 
 
 def test_cuda_without_a_gpu_is_exit_2_naming_the_field(tmp_path, capsys):
