@@ -215,9 +215,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out}: a {out.suffix} file with --format {args.format}. Name it "
                           f"{out.with_suffix(FORMATS[args.format]).name}, or pass --format {other[out.suffix.lower()]}.")
     _output_path(out, "--out", args.overwrite, out.with_name(out.name + ".json"))
-    model, meta = export_layer(cfg, learner_states(load_checkpoint(ckpt))[layer], layer, args.format, out,
-                               {"run_dir": str(run_dir), "checkpoint": ckpt.name})
+    state = load_checkpoint(ckpt)
+    source: dict = {"run_dir": str(run_dir), "checkpoint": ckpt.name}
+    origin = state.get("weights_from", {}).get(layer)
+    if origin is None and layer in state.get("fixed", {}):  # a checkpoint from before weights_from was kept
+        origin = {"checkpoint": cfg.layer(layer).schedule.checkpoint, "frozen": True}
+    if origin is not None:  # a frozen layer's weights are another run's, not this one's
+        source["weights_from"] = origin
+    model, meta = export_layer(cfg, learner_states(state)[layer], layer, args.format, out, source)
     print(f"[hdppo] {layer} ({ckpt.name}) exported as {args.format}: {model}")
+    if origin is not None and origin.get("frozen"):
+        print(f"[hdppo] {layer} is frozen in this run: its weights are those of {origin['checkpoint']}")
     print(f"[hdppo] input layout, normalization and action space: {meta}")
     return 0
 

@@ -149,6 +149,7 @@ class Trainer:
         self.backend = make_backend(cfg.ray.backend)
         self.groups: list[DPPOGroup] = []
         self.fixed: dict[str, Learner] = {}    # frozen layers: publish their weights, never update
+        self._weights_from: dict[str, dict[str, Any]] = {}  # schedule.checkpoint layers: the file, frozen or not
         self.last: dict[str, dict] = {}         # the last metrics of each layer
         self._created = False
         self._born = time.time()  # a scale request older than this was made while no trainer ran
@@ -321,6 +322,8 @@ class Trainer:
             what = policy_mismatch(saved[name].get("policy", {}), self._weight_shapes(name))
             if what:
                 raise self._resume_error(ckpt, f"layer {name!r}: {what}")
+        # Where schedule.checkpoint layers came from; checkpoints before it have none.
+        self._weights_from = dict(state.get("weights_from", {}))
         try:
             for group in self.groups:
                 group.set_state(state["groups"][group.name])
@@ -359,6 +362,8 @@ class Trainer:
                 self.fixed[layer.name].load_weights(states[layer.name])
             else:
                 group.load_weights(layer.name, states[layer.name])
+            # Kept in every checkpoint, so that an exported frozen layer can say whose weights it holds.
+            self._weights_from[layer.name] = {"checkpoint": str(found.resolve()), "frozen": group is None}
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self, snapshot: dict[str, Any] | None = None, wait_s: float | None = None) -> dict[str, Any]:
@@ -369,6 +374,7 @@ class Trainer:
         return {"format": 2, "groups": groups,
                 "budget": {"offsets": dict(self._offsets), "increments": dict(self._increments)},
                 "fixed": {name: learner.get_state() for name, learner in self.fixed.items()},
+                "weights_from": dict(self._weights_from),
                 "driver_rng": {"python": random.getstate(), "numpy": np.random.get_state()[1].tolist(),
                                "numpy_pos": int(np.random.get_state()[2]), "torch": torch.get_rng_state()}}
 

@@ -189,6 +189,20 @@ def test_layout_of_a_two_layer_hierarchy(runs, tmp_path):
     assert lower["agents"] == ["walker_0", "walker_1"] and lower["period"] == 1
 
 
+def test_a_frozen_layers_export_names_the_run_its_weights_came_from(runs, tmp_path, capsys):
+    """A layer frozen from another run (schedule.checkpoint) holds that run's weights: its JSON
+    said only the run it was exported from."""
+    source = runs["corridor_two_layers"]
+    cfg = _two_layers()
+    cfg["layers"][1]["schedule"] = {"mode": "frozen", "checkpoint": str(source)}
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    capsys.readouterr()
+    lower = _export(tmp_path / "run", "control", "torchscript", tmp_path / "c.pt")
+    assert lower["weights_from"] == {"checkpoint": str(latest_checkpoint(source).resolve()), "frozen": True}
+    assert "control is frozen in this run: its weights are those of" in capsys.readouterr().out
+    assert "weights_from" not in _export(tmp_path / "run", "strategy", "torchscript", tmp_path / "s.pt")
+
+
 # -- errors: one paragraph naming the fix, exit code 2 -------------------------------------------
 
 def _error(capsys, *argv) -> str:
