@@ -28,7 +28,8 @@ It works for every dict-keyed env (``env.type`` pettingzoo, AEC included, or rll
 turn-based game the opponents' turns are played inside ``step`` until a learner is to move,
 their rewards summed for the learners. Every learner's info carries ``learners_alive`` and
 ``opponents_alive``, the agents of each side still standing after the step (a battle's outcome
-at its last step; see ``alive``). ``state()`` is the env's, all agents included.
+at its last step; see ``alive``). With ``alive`` given, also ``win`` (1.0 when more learners than
+opponents stand), and the three are charted per episode (``episode/win``, ...). ``state()`` is the env's, all agents included.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from .adapters import MultiAgentAdapter
 from .errors import ConfigError, EnvError
 
 RANDOM = "random"
+OUTCOME_METRICS = ("win", "learners_alive", "opponents_alive")  # charted per episode when env.opponents.alive is set
 OpponentPolicy = Callable[[dict[str, Any], MultiAgentAdapter, np.random.Generator], dict[str, Any]]
 
 
@@ -130,6 +132,9 @@ class OpponentsAdapter(MultiAgentAdapter):
         self._policy = resolve_policy(policy)
         self._selector = agents
         self._alive_fn = resolve_alive(alive) if alive else None
+        # With an alive reading the game is a battle: its outcome is charted per episode (a turn-based
+        # game without one ends with both sides "terminated", so no win can be read from who stands).
+        self.episode_metrics: tuple[str, ...] = OUTCOME_METRICS if alive else ()
         self._rng = np.random.default_rng()
         self._opp: set[str] = set()
         self._opp_obs: dict[str, Any] = {}
@@ -235,6 +240,8 @@ class OpponentsAdapter(MultiAgentAdapter):
         live_opp = [a for a in standing if a in self._opp]
         live_mine = [a for a in standing if a not in self._opp]
         counts = {"learners_alive": len(live_mine), "opponents_alive": len(live_opp)}
+        if self._alive_fn is not None:
+            counts["win"] = float(len(live_mine) > len(live_opp))
         infos = {a: dict(infos.get(a) or {}, **counts) for a in {*infos, *rew}}
         return obs, rew, term, trunc, infos
 

@@ -560,7 +560,9 @@ class AdapterCopies(VectorMultiAgentEnv):
         self.copies = [make_adapter() for _ in range(num_envs)]
         first = self.copies[0]
         self.name = name or first.name
-        self.episode_metrics = declared_episode_metrics(getattr(first, "env", first))
+        # The env's own, then those an adapter adds (an opponents adapter's battle outcome).
+        self.episode_metrics = tuple(dict.fromkeys(declared_episode_metrics(getattr(first, "env", first))
+                                                   + tuple(getattr(first, "episode_metrics", ()))))
         self.set_features = declared_set_features(getattr(first, "env", first))
         self._check = _Checker(self.name)
         self._declared = list(first.possible_agents or [])

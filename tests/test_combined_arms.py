@@ -1,6 +1,8 @@
 """MAgent2 combined_arms_v6 by config alone: env.opponents (a team played inside the env), the
 scripted attack-nearest team, unit types with different action counts sharing one policy, and
 the two presets training for a few updates."""
+import json
+
 import numpy as np
 import pytest
 
@@ -137,7 +139,15 @@ def test_attack_nearest_beats_a_random_team_in_the_real_game():
         if step.episode_end[0]:
             info = next(iter(step.infos[0].values()))
             results.append((info["learners_alive"], info["opponents_alive"]))
+            assert info["win"] == float(info["learners_alive"] > info["opponents_alive"])
     assert all(red > blue for blue, red in results), results
+    # With an alive reading the outcome is charted per episode; without one, no win is claimed.
+    assert venv.episode_metrics == ("win", "learners_alive", "opponents_alive")
+    plain = venv_with("random")
+    plain.reset(seed=0)
+    assert plain.episode_metrics == () and "win" not in next(iter(plain.step(np.zeros((1, 6), int)).infos[0].values()))
+    venv.close()
+    plain.close()
 
 
 @pytest.mark.parametrize("preset", ["combined_arms_hierarchy", "combined_arms_flat"])
@@ -158,3 +168,6 @@ def test_presets_load_and_train_a_few_updates(preset, tmp_path):
     assert opponents["agents"] == "blue" and opponents["policy"] == "random"
     summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
     assert summary["updates"] >= 2 and np.isfinite(summary["eval_return_mean"])
+    # Both presets chart the win rate (the hierarchy's PettingZoo path did not: only the native env's did).
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {"episode/win", "episode/learners_alive"} <= {r["tag"] for r in rows}
