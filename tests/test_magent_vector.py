@@ -162,3 +162,41 @@ def test_the_battle_preset_trains_a_few_updates(tmp_path):
     assert cfg.layers[0].dppo.pipeline and cfg.learner_of("control").precision == "bf16"
     summary = Trainer(cfg, tmp_path / "run", quiet=True).train()
     assert summary["updates"] >= 2 and summary["env_steps"] >= 200
+
+
+def test_a_video_of_the_native_env_draws_its_copies(tmp_path):
+    """`hdppo eval --video` of the battle preset (env.type vector) was refused: the native env had
+    no render_copy. Its copies are now drawn by MAgent2's own renderer."""
+    pytest.importorskip("pygame")
+    from PIL import Image
+
+    from hdppo.platform.trainer import Trainer
+    from hdppo.platform.checkpoint import latest_checkpoint, learner_states, load_checkpoint
+    from hdppo.platform.config import load_config
+    from hdppo.platform.video import record_video
+
+    cfg = load_config("battle", ["ray.backend=local", "train.total_env_steps=400", "env.kwargs.max_cycles=12",
+                                 "layers.0.dppo.num_workers=1", "layers.0.dppo.num_envs_per_worker=1",
+                                 "layers.0.dppo.train_batch_size=256", "layers.0.dppo.pipeline=false",
+                                 "layers.0.ppo.minibatch_size=128", "layers.0.ppo.num_epochs=1",
+                                 "layers.0.learner.precision=fp32"])
+    Trainer(cfg, tmp_path / "run", quiet=True).train()
+    states = learner_states(load_checkpoint(latest_checkpoint(tmp_path / "run")))
+    rec = record_video(cfg, states, tmp_path / "battle.gif", 1)
+    assert rec.lengths == [12] and rec.frames >= 12
+    gif = Image.open(tmp_path / "battle.gif")
+    # (Pillow merges identical consecutive frames, adding up their durations: MAgent2's units do
+    # not move on every step.)
+    assert gif.n_frames >= 2 and min(gif.size) >= 160
+    assert len({bytes(np.asarray(f.convert("RGB"))) for f in _frames(gif)}) > 1  # the units move
+    venv = MAgentVector(2, 0, env="battle_v4", map_size=20)
+    venv.reset(0)
+    a, b = venv.render_copy(0), venv.render_copy(1)
+    assert a.dtype == np.uint8 and a.ndim == 3 and a.shape[2] == 3 and a.shape == b.shape
+    venv.close()
+
+
+def _frames(gif):
+    from PIL import ImageSequence
+
+    return [f.copy() for f in ImageSequence.Iterator(gif)]

@@ -140,6 +140,16 @@ class MAgentVector(VectorMultiAgentEnv):
                         and all(v == self.obs_dim for v in views))
         self._slot_bytes = np.arange(a, dtype=np.int32).tobytes()
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {"render_fps": getattr(self.copies[0], "metadata", {}).get("render_fps", 5)}
+
+    def render_copy(self, i: int) -> np.ndarray:
+        """Copy ``i`` as MAgent2 draws it (``hdppo eval --video``; MAgent2's renderer needs pygame)."""
+        c = self.copies[i]
+        c.render_mode = "rgb_array"  # MAgent2 makes its renderer on the first render, from this attribute
+        return np.asarray(c.render())
+
     def observation_space(self, agent: str) -> gym.Space:
         return self._space
 
