@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import ConfigError
 from .loading import check_signature, import_object
 
-__all__ = ["RewardFn", "check_reward_fits", "is_known_reward", "register_reward", "registered_rewards", "resolve_reward"]
+__all__ = ["RewardFn", "check_reward_fits", "is_known_reward", "missing_info_keys", "register_reward", "registered_rewards",
+           "resolve_reward"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,9 @@ class RewardFn:
     # it reads (a one-hot of that many), None for any.
     layer: str = "any"
     commands: int | None = None
+    # The info keys it reads, checked against the env's first info: a reward that reads them with
+    # defaults would otherwise pay a constant on an env that lacks them.
+    info_keys: tuple[str, ...] = ()
 
     def __call__(self, **kwargs: Any) -> Any:
         return self.fn(**kwargs)
@@ -72,19 +76,22 @@ class RewardFn:
 _REGISTRY: dict[str, RewardFn] = {}
 
 
-def register_reward(name: str, *, vectorized: bool = False, layer: str = "any", commands: int | None = None):
+def register_reward(name: str, *, vectorized: bool = False, layer: str = "any", commands: int | None = None,
+                    info_keys: tuple[str, ...] | list[str] = ()):
     """Function decorator: make ``reward.intrinsic_fn: <name>`` call this function.
     ``vectorized=True`` says it takes stacked arrays (see the module docstring); the same holds
     when it is named by path. ``layer`` ('bottom', 'upper' or 'any') and ``commands`` (the width
     of the one-hot command it reads) say where it applies: a config naming it elsewhere is refused
-    (it would pay 0 on every step, silently)."""
+    (it would pay 0 on every step, silently). ``info_keys``: the keys of an agent's info it reads;
+    a run whose env's first info lacks one stops with an error naming the reward, the keys and the
+    env (a reward used on an env it was not written for)."""
     if not name or ":" in name:
         raise ValueError(f"reward name {name!r}: use a plain name ('module:function' paths need no registering)")
     if layer not in ("bottom", "upper", "any"):
         raise ValueError(f"reward {name!r}: layer must be 'bottom', 'upper' or 'any', not {layer!r}")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[name] = RewardFn(fn, vectorized, name, layer, commands)
+        _REGISTRY[name] = RewardFn(fn, vectorized, name, layer, commands, tuple(info_keys))
         fn.__hdppo_vectorized__ = vectorized  # type: ignore[attr-defined]
         return fn
 
@@ -128,6 +135,20 @@ def check_reward_fits(reward: RewardFn, field: str, layer_name: str, bottom: boo
         raise ConfigError(f"{field} {reward.name!r} does not fit layer {layer_name!r}: {'; '.join(wrong)}. It would "
                           "pay 0 on every step. Use it where it fits (see its docstring), or give this layer a "
                           "module:function reward of its own.")
+
+
+def missing_info_keys(reward: RewardFn, infos: Sequence[Mapping[str, Any]],
+                      columns: Mapping[str, Any] | None = None) -> list[str] | None:
+    """The keys of ``reward.info_keys`` that the env's agent info dicts ``infos`` (or its info
+    ``columns``) lack: [] when it has them all, None while no agent has an info yet."""
+    if not reward.info_keys:
+        return []
+    have = set(columns or ())
+    first = next((i for i in infos if i), None)
+    if first is None and not have:
+        return None
+    have |= set(first or ())
+    return [k for k in reward.info_keys if k not in have]
 
 
 def resolve_reward(name_or_path: str, field: str = "intrinsic_fn") -> RewardFn:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..envs.errors import ConfigError, EnvError, user_code
+from ..envs.rewards import RewardFn, missing_info_keys
 from ..envs.teachers import is_vectorized_teacher
 from ..envs.vector import InfoRows, VecObs, VecStep, VectorMultiAgentEnv, env_actions, episode_info_values
 from .intrinsic import resolve, reward_field
@@ -129,10 +130,14 @@ class _Plan:
             [spec.agent_ids.index(a) for a in self.lanes]] if spec.agent_ids else None)
         self.intrinsic: Callable[..., Any] | None = None
         self.vectorized = False
+        self.reward_fn: RewardFn | None = None
+        self.info_checked = True   # False until the env's first info is checked for the reward's info keys
         if spec.cfg.reward.intrinsic_fn:
             fn = resolve(spec.cfg.reward.intrinsic_fn, reward_field(spec.index, spec.name))
             self.intrinsic = getattr(fn, "fn", fn)
             self.vectorized = bool(getattr(fn, "vectorized", False))
+            self.reward_fn = fn
+            self.info_checked = not fn.info_keys
             if self.gather is None:
                 raise EnvError(f"layer {spec.name!r}: reward.intrinsic_fn on squads of different sizes; the reward "
                                "receives the squad's observations side by side, so its squads must be equal.")
@@ -635,6 +640,8 @@ class Sampler:
                 infos.append(info_n.get(members[0], {}) if p.bottom else {m: info_n.get(m, {}) for m in members})
             return infos
 
+        if not p.info_checked:
+            self._check_info_keys(p, lane_infos(), res.info_columns, res.infos is None)
         with user_code(reward_field(p.spec.index, p.name), str(p.spec.cfg.reward.intrinsic_fn),
                        _VECTORIZED_REWARD_CALL if p.vectorized else _REWARD_CALL):
             if p.vectorized:
@@ -654,6 +661,26 @@ class Sampler:
                                                        next_obs=env_after[n_idx[k], l_idx[k]], action=actions[k],
                                                        info=infos[k]))
         return out
+
+    @staticmethod
+    def _check_info_keys(p: _Plan, rows: list, columns: Any, no_infos: bool) -> None:
+        """Once per layer, at the first agent info: a named reward that reads keys this env's info
+        lacks (a reward used on an env it was not written for) stops the run, naming them.
+        ``no_infos``: the env passes no per-agent info at all (a batched env without info columns)."""
+        fn = p.reward_fn
+        agents = [a for r in rows for a in ((r,) if p.bottom else r.values())]
+        missing = (list(fn.info_keys) if no_infos and columns is None  # type: ignore[union-attr]
+                   else missing_info_keys(fn, agents, columns))  # type: ignore[arg-type]
+        if missing is None:
+            return
+        if missing:
+            have = sorted(set(next((a for a in agents if a), {})) | set(columns or ()))
+            raise ConfigError(
+                f"{reward_field(p.spec.index, p.name)} {fn.name!r} reads the info keys {', '.join(missing)}, "  # type: ignore[union-attr]
+                f"which this env's agent info does not have (it has: {', '.join(have) or 'none'}): it was written for "
+                f"the env of {getattr(fn.fn, '__module__', '?')} and here it would pay a constant on every step. Name a "  # type: ignore[union-attr]
+                "reward written for this env, or give this layer a module:function reward of your own.")
+        p.info_checked = True
 
     def _after_step(self, res: VecStep, env_in: dict) -> None:
         ended_now = res.terminated | res.truncated

@@ -91,3 +91,30 @@ def test_a_named_reward_on_a_layer_it_was_not_written_for_is_refused_and_a_zero_
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     charted = [r["value"] for r in rows if r["tag"] == "charts/reward_intrinsic" and r["layer"] == "control"]
     assert charted and all(v == 0.0 for v in charted)
+
+
+def test_a_named_reward_that_reads_info_keys_the_env_lacks_stops_the_run_naming_them(tmp_path, capsys, monkeypatch):
+    """ant_velocity_tracking reads info['x_velocity'] with a default of 0: on the corridor it paid
+    exp(-|command|^2), a constant, on every step without a word. Now the run stops at the first
+    info, naming the reward, the missing keys, the keys the env does have and the reward's module."""
+    from hdppo.platform.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    base = ["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+            "--set", "train.total_env_steps=512", "--set", "train.eval_episodes=0", "--run-dir", "r"]
+    assert main([*base, "--set", "layers.control.reward.intrinsic_fn=ant_velocity_tracking"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("layers[1] (control).reward.intrinsic_fn 'ant_velocity_tracking' reads the info keys x_velocity, "
+            "y_velocity, which this env's agent info does not have (it has: moved)") in err
+    assert "hdppo.envs.builtin.ant_navigate" in err and not (tmp_path / "r").exists()
+    assert resolve("corridor_follow").info_keys == () and resolve("hexapod_velocity_tracking").info_keys
+
+
+def test_info_keys_are_checked_against_dicts_or_columns_and_wait_for_a_first_info():
+    from hdppo.envs.rewards import missing_info_keys
+
+    fn = RewardFn(scalar_reward, name="r", info_keys=("x", "y"))
+    assert missing_info_keys(fn, [{}, {}]) is None                  # no agent has an info yet: check later
+    assert missing_info_keys(fn, [{}, {"x": 1, "z": 0}]) == ["y"]
+    assert missing_info_keys(fn, [{"x": 1}], columns={"y": np.zeros(2)}) == []
+    assert missing_info_keys(RewardFn(scalar_reward), [{}]) == []  # a reward that declares no keys is not checked

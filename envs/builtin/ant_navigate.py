@@ -74,7 +74,7 @@ def egocentric(env_obs: dict, members: list, env=None) -> np.ndarray:
     return obs.astype(np.float32)
 
 
-@register_reward("ant_velocity_tracking")
+@register_reward("ant_velocity_tracking", info_keys=("x_velocity", "y_velocity"))
 def velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
     """exp(-|v - v_cmd|^2) for a commanded planar velocity against the torso's
     ``info['x_velocity'], info['y_velocity']`` (Gymnasium's Ant puts them there). A wide kernel
@@ -84,7 +84,7 @@ def velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
     return float(np.exp(-np.sum((v - target) ** 2)))
 
 
-@register_reward("ant_heading_frame_direction")
+@register_reward("ant_heading_frame_direction", info_keys=("x_velocity", "y_velocity"))
 def heading_frame_direction(command: np.ndarray, next_obs: np.ndarray, info: dict, **_) -> float:
     """Walk the way the command points, the command read in the Ant's heading frame (what
     :func:`egocentric` shows the walking layer): Ant-v5's own reward with "forward" turned to

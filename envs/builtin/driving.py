@@ -339,7 +339,7 @@ def gap_teacher(raw_obs: dict, members: list[str], env: Any = None, **kwargs: fl
     return gap_keeping_action(env, **kwargs)
 
 
-@register_reward("driving_follow_tactic")
+@register_reward("driving_follow_tactic", info_keys=("on_ring", "lane", "speed", "crash"))
 def follow_tactic(command: np.ndarray, info: dict, **_) -> float:
     """Carry out the commanded tactic (a one-hot over :data:`TACTICS`): 0.5 for being in its
     ring lane (off the ring, on the entry and exit roads, any lane counts), up to 0.5 for

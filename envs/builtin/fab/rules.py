@@ -130,7 +130,7 @@ def criterion_weights(crit: np.ndarray) -> np.ndarray:
     return np.where(crit[:, -1:] > 0.5, np.full((len(crit), len(RULES)), 1.0 / len(RULES)), crit[:, :len(RULES)])
 
 
-@register_reward("fab_follow_command", vectorized=True)
+@register_reward("fab_follow_command", vectorized=True, info_keys=("chosen_ranks", "group_slot"))
 def follow_command(command: np.ndarray, info, action=None, **_) -> float | np.ndarray:
     """Dispatching layer: how well a decision followed the shift layer's command.
 

@@ -35,7 +35,7 @@ def _phase_target(command: np.ndarray) -> tuple[int, int]:
     return phase, target
 
 
-@register_reward("grasp_follow_phase")
+@register_reward("grasp_follow_phase", info_keys=("grasped", "pregrasp_dist", "dist", "lift_progress"))
 def follow_phase(command: np.ndarray, info: dict, **_) -> float:
     """The reward for carrying out the commanded phase on the commanded object (module docstring)."""
     phase, k = _phase_target(command)

@@ -21,7 +21,7 @@ def _one(info: dict) -> dict:
     return info if "body_velocity" in info else next(iter(info.values()), {})
 
 
-@register_reward("hexapod_velocity_tracking")
+@register_reward("hexapod_velocity_tracking", info_keys=("body_velocity", "yaw_rate", "stability_penalty", "fell"))
 def velocity_tracking(command: np.ndarray, info: dict, **_) -> float:
     """legged_gym's velocity tracking for the commanded ``(vx, vy, yaw_rate)``: exp-kernel terms
     for planar velocity (1) and yaw rate (0.5), plus the env's stability costs, minus 5 on a fall.
@@ -43,7 +43,7 @@ def waypoint_velocity(waypoint: np.ndarray, max_speed: float = MAX_SPEED) -> np.
     return w / n * min(n / WAYPOINT_HORIZON_S, max_speed)
 
 
-@register_reward("hexapod_waypoint_following")
+@register_reward("hexapod_waypoint_following", info_keys=("body_velocity", "fell"))
 def waypoint_following(command: np.ndarray, info: dict, **_) -> float:
     """Walk toward the commanded waypoint ``(dx, dy)`` (heading frame, read in the current
     heading: the route layer re-plans every WAYPOINT_HORIZON_S): exp(-|v - v_w|^2 / 0.02) with

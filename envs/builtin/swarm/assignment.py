@@ -91,7 +91,7 @@ def assignment_teacher(env: Any, copies: np.ndarray, members: Any = None, comman
     return choose(rule, costs, s.rng)[:, None].astype(np.float32)
 
 
-@register_reward("swarm_mission_time", vectorized=True)
+@register_reward("swarm_mission_time", vectorized=True, info_keys=("collision",))
 def mission_time(info: Any, next_obs: np.ndarray, **_: Any) -> np.ndarray:
     """An assigning layer's reward per env step, for each lane (its member drones side by side):
     ``- TIME_WEIGHT * (drones still flying after the step) - COLLISION_WEIGHT * (new collisions)``.

@@ -29,7 +29,8 @@ def _field(info: list[dict], key: str, default: float = 0.0) -> np.ndarray:
     return np.fromiter((i.get(key, default) for i in info), np.float64, len(info))
 
 
-@register_reward("swarm_follow_command", vectorized=True)
+@register_reward("swarm_follow_command", vectorized=True,
+                 info_keys=("altitude", "in_field", "cohesion", "spacing", "reached"))
 def follow_command(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """Drone layer: ``- LANE_WEIGHT * (altitude's distance beyond LANE_HALF_WIDTH from the lane's
     centre)`` while the drone is inside the obstacle band, ``- FORMATION_WEIGHT *`` (tight: metres
