@@ -80,7 +80,7 @@ class GymnasiumAdapter(MultiAgentAdapter):
             self._live = []
         self._last_obs = obs
         a = SINGLE_AGENT
-        return {a: obs}, {a: float(r)}, {a: bool(term)}, {a: bool(trunc)}, {a: info}
+        return {a: obs}, {a: as_reward(r, self.name)}, {a: bool(term)}, {a: bool(trunc)}, {a: info}
 
     def state(self) -> np.ndarray:
         fn = getattr(self.env.unwrapped, "state", None)
@@ -90,6 +90,28 @@ class GymnasiumAdapter(MultiAgentAdapter):
 
     def close(self) -> None:
         self.env.close()
+
+
+def as_reward(r: Any, env: str, agent: str | None = None) -> float:
+    """One agent's reward as a float: a number, a numpy scalar, or a one-element array (as
+    Stable-Baselines3-style code often returns); anything else (None, a vector) is an
+    :class:`EnvError` naming the env and the agent."""
+    try:
+        return float(r)
+    except (TypeError, ValueError):
+        pass
+    if r is not None and not isinstance(r, (str, bytes)):
+        try:
+            a = np.asarray(r, dtype=np.float64)
+        except (TypeError, ValueError):
+            a = None
+        if a is not None and a.size == 1:
+            return float(a.reshape(()))
+    shown = repr(r) if len(repr(r)) <= 60 else repr(r)[:57] + "..."
+    who = f" for agent {agent!r}" if agent is not None else ""
+    raise EnvError(f"env {env!r}: step() returned the reward {shown} ({type(r).__name__}){who}; a reward must be one "
+                   "number (a float, an int or a numpy scalar; a one-element array is read as its value). Return "
+                   "float(...) of the step's reward" + (", one per agent." if agent is not None else "."))
 
 
 class ParallelAdapter(MultiAgentAdapter):
@@ -115,7 +137,7 @@ class ParallelAdapter(MultiAgentAdapter):
 
     def step(self, actions: dict[str, Any]):
         obs, rew, term, trunc, infos = self.env.step(actions)
-        return obs, {a: float(r) for a, r in rew.items()}, term, trunc, infos
+        return obs, {a: as_reward(r, self.name, a) for a, r in rew.items()}, term, trunc, infos
 
     def state(self) -> np.ndarray:
         try:
@@ -158,7 +180,7 @@ class AECAdapter(ParallelAdapter):
 
     def step(self, actions: dict[str, Any]):
         self.env.step(actions[self.env.agent_selection])
-        rew = {a: float(r) for a, r in self.env.rewards.items()}
+        rew = {a: as_reward(r, self.name, a) for a, r in self.env.rewards.items()}
         term = {a: bool(t) for a, t in self.env.terminations.items()}
         trunc = {a: bool(t) and not term[a] for a, t in self.env.truncations.items()}
         infos = {a: dict(i) for a, i in self.env.infos.items()}
@@ -214,7 +236,7 @@ class RLlibAdapter(MultiAgentAdapter):
         strip = lambda d: {k: v for k, v in d.items() if k != "__all__"}  # noqa: E731
         term_d = {a: bool(term.get(a, term.get("__all__", False))) for a in keys}
         trunc_d = {a: bool(trunc.get(a, trunc.get("__all__", False))) and not term_d[a] for a in keys}
-        return strip(obs), {a: float(r) for a, r in strip(rew).items()}, term_d, trunc_d, strip(infos)
+        return strip(obs), {a: as_reward(r, self.name, a) for a, r in strip(rew).items()}, term_d, trunc_d, strip(infos)
 
     def state(self) -> np.ndarray:
         raise EnvError(f"env {self.name!r} (RLlib MultiAgentEnv) has no state(); use observation.source 'env'.")

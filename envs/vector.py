@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
-from .adapters import MultiAgentAdapter
+from .adapters import MultiAgentAdapter, as_reward
 from .errors import EnvError
 
 # Observations are also checked against the declared space for this many steps after start
@@ -493,6 +493,8 @@ class GymnasiumCopies(VectorMultiAgentEnv):
                 new[i, 0] = self._flat(obs, "step()", i)
             else:
                 new[i, 0] = obs  # a 1-D Box row: cast to float32 on the copy
+            if checking or not isinstance(r, (float, int)):  # numpy would store None as NaN, fail on a vector
+                r = as_reward(r, self.name)
             rewards[i, 0] = r
             infos.append({agent: info})
             if te or tr:

@@ -365,3 +365,40 @@ def test_a_layer_whose_start_after_is_never_reached_is_named_at_the_end(scratch,
     import json
 
     assert json.loads((scratch / "r" / "summary.json").read_text())["never_started"]["strategy"]["env_steps"] == 1000000
+
+
+def test_a_reward_is_one_number_a_one_element_array_is_read_and_anything_else_is_named(scratch, capsys):
+    """np.array([r]) as a reward crashed check-env with a traceback (exit 1) and stopped training as
+    'every worker failed'; None was reported as a non-finite reward. A one-element array is read as
+    its value; None or a vector is named, with the agent, in one paragraph."""
+    scratch_module(scratch, "hdppo_t_rew",
+        "import gymnasium as gym, numpy as np\n"
+        "from hdppo.envs.builtin.corridor import parallel_env\n"
+        "class R(gym.Wrapper):\n"
+        "    def __init__(self, env, kind):\n        super().__init__(env); self.kind = kind\n"
+        "    def step(self, a):\n"
+        "        o, r, te, tr, i = self.env.step(a)\n"
+        "        return o, {'array': np.array([r], np.float32), 'none': None}[self.kind], te, tr, i\n"
+        "def make(kind='array'):\n    return R(gym.make('CartPole-v1'), kind)\n"
+        "class Z:\n"
+        "    def __init__(self, env): self.env = env\n"
+        "    def __getattr__(self, k): return getattr(self.env, k)\n"
+        "    def step(self, actions):\n"
+        "        o, r, te, tr, i = self.env.step(actions)\n"
+        "        return o, {a: np.array([v, v]) for a, v in r.items()}, te, tr, i\n"
+        "def make_zoo(**kw):\n    return Z(parallel_env(**kw))\n")
+    base = ["--working-dir", "mods", "--set", "env.id=null"]
+    sys.path.insert(0, str(scratch / "mods"))  # check-env imports from the folder it runs in and sys.path
+    code, err = run(capsys, ["check-env", "hdppo_t_rew:make"])
+    assert code == 0, err
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, *base, "--set", "env.entry_point=hdppo_t_rew:make",
+                             "--run-dir", "r"])
+    assert code == 0, err
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, *base, "--set", "env.entry_point=hdppo_t_rew:make",
+                             "--set", "env.kwargs={kind: none}", "--run-dir", "r2"])
+    assert code == 2 and "step() returned the reward None (NoneType); a reward must be one number" in err, err
+    assert not (scratch / "r2").exists()
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, *base, "--set", "env.entry_point=hdppo_t_rew:make_zoo",
+                             "--run-dir", "r3"])
+    assert code == 2 and "returned the reward array([" in err and "for agent 'walker_0'" in err, err
+    sys.modules.pop("hdppo_t_rew", None)
