@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from .adapters import GymnasiumAdapter, adapt, make_multi_agent
-from .vector import AdapterCopies, GymnasiumCopies, why_outside
+from .vector import AdapterCopies, GymnasiumCopies, check_action_space, why_outside
 from .errors import EnvError
 from .loading import call_factory, make_gym_env, resolve_entry_point
 
@@ -165,6 +165,7 @@ def check_target(target: Any, steps: int = 200) -> str:
                 else GymnasiumCopies(lambda: _make(target)[0], 2, name=name))
         now = pool.reset(seed=0)
         space = pool.action_space(pool.agents[0])
+        check_action_space(space, name, pool.agents[0])
         space.seed(0)
         rng = np.random.default_rng(0)
         episodes = 0
@@ -182,6 +183,8 @@ def check_target(target: Any, steps: int = 200) -> str:
                   f"  action_space:      {space}"]
     else:
         adapter = adapt(env, name, "rllib" if _is_rllib(env) else "pettingzoo")
+        for agent in adapter.possible_agents or []:
+            check_action_space(adapter.action_space(agent), name, agent)
         episodes = _rollout(adapter, steps)
         agent = (adapter.possible_agents or adapter.agents or ["?"])[0]
         spaces = [f"  agents:            {adapter.possible_agents}",

@@ -285,6 +285,22 @@ class InfoRows(Sequence):
         return out if self.grouped else out[:, 0]
 
 
+TRAINABLE_ACTIONS = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)
+
+
+def check_action_space(space: gym.Space, env: str, agent: str) -> None:
+    """An :class:`EnvError` naming the env, the agent and a fix unless hdppo's policies can act in
+    ``space`` (Box, Discrete, MultiDiscrete)."""
+    if isinstance(space, TRAINABLE_ACTIONS):
+        return
+    fix = (f" Expose it as MultiDiscrete({[2] * int(np.prod(space.shape))}) in a wrapper (the same 0/1 values, "
+           "passed on as they are)." if isinstance(space, gym.spaces.MultiBinary) else
+           " Wrap the env so that it acts in one of those (a Dict or Tuple of them flattened into a MultiDiscrete "
+           "or a Box).")
+    raise EnvError(f"env {env!r}: agent {agent!r} acts in {space}, which hdppo's policies cannot produce: they act "
+                   f"in Box, Discrete or MultiDiscrete spaces.{fix}")
+
+
 def policy_space(space: gym.spaces.Dict) -> gym.Space | None:
     """What the policy reads of a Dict observation with an ``action_mask``: the ``observation``
     entry when it is the only other key (PettingZoo's convention), else every key but the mask as

@@ -15,7 +15,8 @@ import numpy as np
 from ..envs.errors import user_code
 from ..envs.loading import check_signature
 from ..envs.teachers import is_vectorized_teacher
-from ..envs.vector import VecObs, VectorMultiAgentEnv, flat_dims, policy_space, policy_values
+from ..envs.vector import (VecObs, VectorMultiAgentEnv, check_action_space, flat_dims, policy_space,
+                           policy_values)
 from ..platform.config import Config, LayerConfig, SquadsSpec
 from ..platform.errors import ConfigError, EnvError
 
@@ -177,6 +178,7 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
                                "parameter sharing needs one (Discrete spaces of different sizes are padded to the "
                                "largest with action masks; other kinds must match).")
         spec.action_space = probe.action_space(known[0])
+        check_action_space(spec.action_space, probe.name, known[0])
         if src == "state":
             env_dim = _state_dim(spec, probe)
     else:

@@ -402,3 +402,24 @@ def test_a_reward_is_one_number_a_one_element_array_is_read_and_anything_else_is
                              "--run-dir", "r3"])
     assert code == 2 and "returned the reward array([" in err and "for agent 'walker_0'" in err, err
     sys.modules.pop("hdppo_t_rew", None)
+
+
+def test_an_action_space_no_policy_can_act_in_is_named_by_check_env_and_before_training(scratch, capsys):
+    """MultiBinary passed check-env (exit 0) and then failed every worker with a Ray traceback, exit 1."""
+    scratch_module(scratch, "hdppo_t_mb",
+        "import gymnasium as gym, numpy as np\n"
+        "class MB(gym.Env):\n"
+        "    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)\n"
+        "    action_space = gym.spaces.MultiBinary(3)\n"
+        "    def reset(self, *, seed=None, options=None):\n"
+        "        super().reset(seed=seed)\n        return np.zeros(2, np.float32), {}\n"
+        "    def step(self, a):\n        return np.zeros(2, np.float32), float(a.sum()), False, False, {}\n"
+        "def make():\n    return gym.wrappers.TimeLimit(MB(), 20)\n")
+    sys.path.insert(0, str(scratch / "mods"))
+    code, err = run(capsys, ["check-env", "hdppo_t_mb:make"])
+    assert code == 2 and "acts in MultiBinary(3), which hdppo's policies cannot produce" in err, err
+    assert "MultiDiscrete([2, 2, 2])" in err
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--working-dir", "mods", "--set", "env.id=null",
+                             "--set", "env.entry_point=hdppo_t_mb:make", "--run-dir", "r"])
+    assert code == 2 and "acts in MultiBinary(3)" in err and not (scratch / "r").exists(), err
+    sys.modules.pop("hdppo_t_mb", None)
