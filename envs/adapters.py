@@ -247,6 +247,15 @@ class RLlibAdapter(MultiAgentAdapter):
             close()
 
 
+def _what_it_is(env: Any) -> str:
+    """The env.type that fits a factory's env, as a sentence (or nothing when none is known)."""
+    if isinstance(env, gym.Env):
+        return " It is a gymnasium.Env: set env.type: gymnasium (or leave env.type out)."
+    if hasattr(env, "possible_agents") or hasattr(env, "agent_selection"):
+        return " It is a PettingZoo env: set env.type: pettingzoo."
+    return ""
+
+
 def adapt(env: Any, name: str, env_type: str) -> MultiAgentAdapter:
     """Wrap a made env by its declared type, checking that it is what the config says."""
     if env_type == "gymnasium":
@@ -266,13 +275,13 @@ def adapt(env: Any, name: str, env_type: str) -> MultiAgentAdapter:
         if isinstance(env, ParallelEnv) or hasattr(env, "possible_agents"):
             return ParallelAdapter(env, name)
         raise EnvError(f"env {name!r}: type 'pettingzoo' but the factory returned {type(env).__name__}, "
-                       "neither a ParallelEnv nor an AECEnv.")
+                       f"neither a ParallelEnv nor an AECEnv.{_what_it_is(env)}")
     if env_type == "rllib":
         from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
         if not isinstance(env, MultiAgentEnv):
             raise EnvError(f"env {name!r}: type 'rllib' but the factory returned {type(env).__name__}, "
-                           "not a ray.rllib MultiAgentEnv.")
+                           f"not a ray.rllib MultiAgentEnv.{_what_it_is(env)}")
         return RLlibAdapter(env, name)
     raise EnvError(f"env.type {env_type!r} is not one of gymnasium, pettingzoo, rllib.")
 

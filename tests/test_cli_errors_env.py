@@ -423,3 +423,11 @@ def test_an_action_space_no_policy_can_act_in_is_named_by_check_env_and_before_t
                              "--set", "env.entry_point=hdppo_t_mb:make", "--run-dir", "r"])
     assert code == 2 and "acts in MultiBinary(3)" in err and not (scratch / "r").exists(), err
     sys.modules.pop("hdppo_t_mb", None)
+
+
+def test_env_type_pettingzoo_on_a_gymnasium_factory_says_which_type_fits(scratch, capsys):
+    scratch_module(scratch, "hdppo_t_gym", "import gymnasium as gym\ndef make():\n    return gym.make('CartPole-v1')\n")
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, "--working-dir", "mods", "--set", "env.id=null", "--set",
+                             "env.entry_point=hdppo_t_gym:make", "--set", "env.type=pettingzoo", "--run-dir", "r"])
+    assert code == 2 and "neither a ParallelEnv nor an AECEnv. It is a gymnasium.Env: set env.type: gymnasium" in err, err
+    sys.modules.pop("hdppo_t_gym", None)
