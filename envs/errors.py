@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-__all__ = ["HdppoError", "ConfigError", "EnvError", "UserCodeError", "user_code", "user_code_error"]
+__all__ = ["HdppoError", "ConfigError", "EnvError", "UserCodeError", "user_code", "user_code_error", "where_raised"]
 
 
 class HdppoError(Exception):
@@ -35,20 +35,34 @@ def user_code_error(label: str, path: str, exc: BaseException, called_as: str = 
     """A :class:`UserCodeError` for ``exc`` raised by the function at ``path`` (``module:function``)
     that the config field ``label`` names: the exception, where in the user's file it was raised
     (the deepest frame outside hdppo and the installed packages), and how the function is called."""
-    import os
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # hdppo's packages live below it
-    ours = tuple(os.path.join(root, d) + os.sep for d in ("platform", "envs", "policies", "hierarchies"))
-    user = [f for f in frames if not f.filename.startswith(ours) and "site-packages" not in f.filename
-            and os.sep + "lib" + os.sep + "python" not in f.filename]
     # No frame of the user's: the function returned, and hdppo could not use what it returned.
-    where = (f" (at {user[-1].filename}, line {user[-1].lineno}, in {user[-1].name})" if user
-             else " (on the value it returned)")
+    at = where_raised(exc)
+    where = f" (at {at})" if at else " (on the value it returned)"
     return UserCodeError(f"{label} {path!r} raised {type(exc).__name__}: {exc}{where}. It is the function's own "
                          f"error, and it would fail the same on every worker, so the run stops.{called_as} Fix the "
                          "function and train again.")
+
+
+def where_raised(exc: BaseException) -> str | None:
+    """``FILE, line N, in NAME``: the deepest frame of ``exc`` outside hdppo's runtime and the
+    installed packages (the user's env or function), None if there is none. An error from a Ray
+    actor carries the actor's traceback as text, which is read the same way."""
+    import os
+    import re
+    import traceback
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # hdppo's packages live below it
+    ours = tuple(os.path.join(root, d) + os.sep for d in ("platform", "envs", "policies", "hierarchies"))
+    builtin = os.path.join(root, "envs", "builtin") + os.sep               # the built-in envs count as env code
+
+    def user(name: str) -> bool:
+        return ((name.startswith(builtin) or not name.startswith(ours)) and "site-packages" not in name
+                and os.sep + "lib" + os.sep + "python" not in name and not name.startswith("<"))
+
+    remote = [(f, int(n), fn) for f, n, fn in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', str(exc))]
+    local = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    found = [f for f in remote if user(f[0])] or [f for f in local if user(f[0])]
+    return f"{found[-1][0]}, line {found[-1][1]}, in {found[-1][2]}" if found else None
 
 
 @contextlib.contextmanager

@@ -721,7 +721,17 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._raw[i] = {}
         self._write(i, obs, "reset()")
         self._refresh_masks(i)
+        self._check_observed(i, obs, "reset()")
         self._ep_return[i], self._ep_len[i] = 0.0, 0
+
+    def _check_observed(self, i: int, obs: dict, what: str) -> None:
+        """Every agent that acts next has an observation from this call: one left out would act
+        on its last one (or zeros), and train on it, without a word."""
+        missing = [a for a in self._acting_names[i] if a not in obs]
+        if missing:
+            raise EnvError(f"env {self.name!r}: {what} returned no observation for {', '.join(map(repr, missing))}, "
+                           f"still in env.agents (copy {i}). Return an observation for every agent in env.agents, "
+                           "and take an agent out of env.agents once it is terminated or truncated.")
 
     def _states(self) -> np.ndarray | None:
         if not self.want_state:
@@ -859,6 +869,7 @@ class AdapterCopies(VectorMultiAgentEnv):
             out.ended_rows.append((i, self._obs[i].copy(), None))
             out.final_raw[i] = dict(self._raw[i])
         self._refresh_masks(i)
+        self._check_observed(i, obs, "step()")
         if self.keep_raw and ended.any():
             for agent in list(self._raw[i]):
                 if not self._alive[i, self.slot[agent]]:

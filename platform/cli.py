@@ -20,7 +20,16 @@ from .working_dir import use_working_dir
 def _cmd_train(args: argparse.Namespace) -> int:
     from .trainer import train_from_file
 
-    summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume, args.working_dir)
+    try:
+        summary = train_from_file(args.config, args.set, args.run_dir, args.address, args.resume, args.working_dir)
+    except HdppoError as exc:
+        kept = getattr(exc, "kept_checkpoint", None)
+        if kept is None:
+            raise
+        shown = _cause(exc)  # the message main() prints, with where the run stands added
+        shown.args = (f"{shown} The run dir {kept.parent.parent} is kept with its last checkpoint ({kept.name}); once "
+                      f"that is fixed, continue it with: {_resume_command(args, str(kept.parent.parent))}",)
+        raise shown from None
     run_dir = summary["run_dir"]
     if "stopped" in summary:
         return _report_stop(args, summary)
@@ -43,8 +52,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _report_stop(args: argparse.Namespace, summary: dict) -> int:
     """Where a run stopped by SIGINT or SIGTERM is, and the command that continues it."""
-    import shlex
-
     stop, run_dir = summary["stopped"], summary["run_dir"]
     print(f"[hdppo] {stop['reason']} at {summary['env_steps']:,}/{summary['total_env_steps']:,} env steps "
           f"(update {summary['updates']}); checkpoint {stop['checkpoint']}")
@@ -52,11 +59,17 @@ def _report_stop(args: argparse.Namespace, summary: dict) -> int:
         print(f"[hdppo] the update in flight did not finish within train.stop_timeout_s ({stop['stop_timeout_s']:g}s): "
               "dropped; the checkpoint is the state after the last update logged")
     print(f"[hdppo] run dir: {run_dir}  (config.yaml, metrics.jsonl, tb/, checkpoints/)")
-    resume = ["hdppo", "train", args.config, *[a for s in args.set for a in ("--set", s)], "--run-dir", run_dir,
-              *(["--address", args.address] if args.address else []),
-              *(["--working-dir", args.working_dir] if args.working_dir else []), "--resume"]
-    print(f"[hdppo] resume: {shlex.join(resume)}")
+    print(f"[hdppo] resume: {_resume_command(args, run_dir)}")
     return stop["exit_code"]
+
+
+def _resume_command(args: argparse.Namespace, run_dir: str) -> str:
+    """The ``hdppo train ... --resume`` that continues ``run_dir`` as this command started it."""
+    import shlex
+
+    return shlex.join(["hdppo", "train", args.config, *[a for s in args.set for a in ("--set", s)], "--run-dir", run_dir,
+                       *(["--address", args.address] if args.address else []),
+                       *(["--working-dir", args.working_dir] if args.working_dir else []), "--resume"])
 
 
 def _output_path(path: Path, flag: str, overwrite: bool, *extra: Path) -> Path:

@@ -426,6 +426,14 @@ class ActionSpec(_Strict):
 
     @model_validator(mode="after")
     def _complete(self) -> "ActionSpec":
+        owner = {"n": "discrete", "nvec": "multidiscrete", "low": "box", "high": "box"}
+        stray = [f for f, kind in owner.items() if getattr(self, f) is not None and kind != self.type]
+        if stray:  # set for another type, it would be ignored in silence
+            what = ("the env's own action space, which the env sets" if self.type == "env"
+                    else f"a {self.type} command")
+            raise ValueError(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} for type "
+                             f"{' / '.join(sorted({owner[f] for f in stray}))}, and this action is type {self.type!r} "
+                             f"({what}): remove {'it' if len(stray) == 1 else 'them'}, or set the type it is for")
         if self.to_env and self.type == "env":
             raise ValueError("to_env is for an upper layer's command (type discrete, multidiscrete or box); the "
                              "bottom layer's actions (type env) go to the env already")

@@ -24,6 +24,7 @@ from . import metrics as M
 from .batch import no_ids
 from .config import Config, GroupSpec
 from .devices import resolve_device
+from ..envs.errors import where_raised
 from .errors import EnvError, HdppoError, RayStartError
 from .learner import Learner
 from .tensor_buffers import restore_tensors
@@ -109,6 +110,7 @@ class DPPOGroup:
             {name: [] for name in layers} if cfg.diagnostics.accounting else None)
         self.replaced = 0
         self._last_failure: BaseException | None = None   # the cause of the latest failed call
+        self._last_where: str | None = None               # where in the env it was raised (where_raised)
         self._closed = False
         self.sync = make_sync_mode(self.dppo.sync)
         self._sample_method = "sample" if self.dppo.mode == "central" else "sample_stats_only"
@@ -167,6 +169,7 @@ class DPPOGroup:
         if isinstance(cause, HdppoError):
             raise cause
         self._last_failure = cause
+        self._last_where = where_raised(error)
         lost = getattr(cause, LOST_IDS, None) or getattr(error, LOST_IDS, None)
         for layer, ids in (lost or {}).items():  # the env steps of a rollout that failed: counted, never trained
             self._record_failed(layer, ids)
@@ -193,11 +196,12 @@ class DPPOGroup:
         :meth:`_fail` kept it): one crashed simulator is replaced, but
         a failure everywhere at once is most likely a bug in the env (or what it is given), which a
         replacement would only repeat."""
-        last = (f" (the last: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        where = f", raised at {self._last_where}" if getattr(self, "_last_where", None) else ""
+        last = (f" (the last: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}{where})"
                 if error is not None else "")
         return EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
-                        f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; the "
-                        "workers' errors are printed above, and `hdppo check-env` steps the env alone.")
+                        f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; "
+                        "`hdppo check-env` steps the env alone.")
 
     # -- the update ----------------------------------------------------------------------------
     def iteration(self) -> dict[str, UpdateResult]:

@@ -539,8 +539,13 @@ class Trainer:
         """Train until ``train.total_env_steps`` (all groups together); returns a summary."""
         try:
             return self._train()
-        except BaseException:
+        except BaseException as exc:
             self._cleanup_failed_start()
+            if isinstance(exc, HdppoError) and self.run_dir.is_dir():
+                # A run that fails after a checkpoint keeps it: the CLI says so, with the resume command.
+                kept = latest_checkpoint(self.run_dir)
+                if kept is not None:
+                    exc.kept_checkpoint = kept  # type: ignore[attr-defined]
             raise
         finally:
             self.stop.interruptible = True

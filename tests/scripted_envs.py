@@ -233,6 +233,25 @@ def crash_once(flag: str, at_step: int = 300):
     return CrashOnceEnv(flag, at_step)
 
 
+class BreaksLaterEnv(gym.Wrapper):
+    """CartPole that raises on every step after ``at_step`` steps of its own (every worker fails,
+    after some updates): a simulator that breaks mid-run."""
+
+    def __init__(self, at_step: int):
+        super().__init__(gym.make("CartPole-v1"))
+        self.at_step, self.steps = at_step, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.at_step:
+            raise RuntimeError("simulator blew up")
+        return self.env.step(action)
+
+
+def breaks_later(at_step: int = 350):
+    return BreaksLaterEnv(at_step)
+
+
 def corridor_aec():
     """The corridor as an AEC env (PettingZoo's parallel_to_aec marks it parallelizable)."""
     from pettingzoo.utils.conversions import parallel_to_aec

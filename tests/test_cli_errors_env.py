@@ -431,3 +431,40 @@ def test_env_type_pettingzoo_on_a_gymnasium_factory_says_which_type_fits(scratch
                              "env.entry_point=hdppo_t_gym:make", "--set", "env.type=pettingzoo", "--run-dir", "r"])
     assert code == 2 and "neither a ParallelEnv nor an AECEnv. It is a gymnasium.Env: set env.type: gymnasium" in err, err
     sys.modules.pop("hdppo_t_gym", None)
+
+
+def test_a_live_agent_left_out_of_the_observations_is_named(scratch, capsys):
+    """A ParallelEnv that drops a live agent from its observation dict trained on that agent's
+    stale observation and exited 0 (check-env, through PettingZoo's test, caught it)."""
+    scratch_module(scratch, "hdppo_t_drop",
+        "from hdppo.envs.builtin.corridor import parallel_env\n"
+        "class Drop:\n"
+        "    def __init__(self, env): self.env = env\n"
+        "    def __getattr__(self, k): return getattr(self.env, k)\n"
+        "    def step(self, actions):\n"
+        "        o, r, te, tr, i = self.env.step(actions)\n"
+        "        o.pop('walker_1', None)\n"
+        "        return o, r, te, tr, i\n"
+        "def make(**kw):\n    return Drop(parallel_env(**kw))\n")
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--set", "env.id=null",
+                             "--set", "env.entry_point=hdppo_t_drop:make", "--set", "env.kwargs.num_agents=2",
+                             "--run-dir", "r"])
+    assert code == 2 and "step() returned no observation for 'walker_1', still in env.agents" in err, err
+    sys.modules.pop("hdppo_t_drop", None)
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_an_env_that_breaks_mid_run_names_its_line_and_keeps_the_run_to_resume(scratch, capsys, backend, request):
+    """An env failing on every worker after checkpoints: the error named neither where in the env it
+    was raised (the workers' tracebacks were shown nowhere) nor the kept run dir and how to resume."""
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    code = main(["train", CARTPOLE, *TINY, *SMALL, "--set", "env.id=null", "--set", f"ray.backend={backend}",
+                 "--set", "train.total_env_steps=5000", "--set", "train.checkpoint_every=1",
+                 "--set", "env.entry_point=scripted_envs:breaks_later", "--run-dir", "r"])
+    # (Ray's own logger may write to this test's stderr too: the error is the paragraph at the end.)
+    err = " ".join(capsys.readouterr().err.split("hdppo train: error:")[-1].split())
+    assert code == 2 and "RuntimeError: simulator blew up, raised at " in err, err
+    assert "scripted_envs.py, line " in err and ", in step)" in err, err
+    assert "The run dir r is kept with its last checkpoint (ckpt_" in err and "--run-dir r --resume" in err, err
+    assert list((scratch / "r" / "checkpoints").glob("ckpt_*.pt"))

@@ -262,3 +262,16 @@ def test_a_group_setting_refused_on_its_layers_is_said_once_and_names_its_flag()
     text = str(err.value)
     assert "is invalid: layers[0], layers[1]: dppo.sync pipeline needs dppo.mode 'central'" in text, text
     assert text.count("needs dppo.mode") == 1 and text.endswith("(the command line set --set groups.0.dppo.pipeline=true).")
+
+
+@pytest.mark.parametrize("action,stray", [({"n": 7}, "n is for type discrete, and this action is type 'env'"),
+                                          ({"type": "discrete", "n": 3, "low": [0.0]}, "low is for type box"),
+                                          ({"type": "box", "low": [0.0], "high": [1.0], "nvec": [2]},
+                                           "nvec is for type multidiscrete")])
+def test_an_action_field_of_another_type_is_refused_not_ignored(action, stray):
+    """`--set layers.0.action.n=7` on the bottom layer trained on the env's own Discrete(2) in silence."""
+    cfg = tiny_config()
+    cfg["layers"] = [{"name": "top", "action": action}, cfg["layers"][0]] if action.get("type") else \
+        [{**cfg["layers"][0], "action": action}]
+    with pytest.raises(ConfigError, match=stray):
+        validate(cfg)
