@@ -429,8 +429,16 @@ class DPPOGroup:
         if wait_s is not None and not b.wait_all(learners, timeout=wait_s):
             raise RuntimeError(f"group {self.name!r}: its learners did not give their state within {wait_s:g}s")
         deadline = None if wait_s is None else time.monotonic() + wait_s
-        workers = [b.get(f) if deadline is None or b.wait_all([f], timeout=max(deadline - time.monotonic(), 0.0))
-                   else None for f in calls["workers"]]
+
+        def worker_state(f: Any) -> Any:
+            if deadline is not None and not b.wait_all([f], timeout=max(deadline - time.monotonic(), 0.0)):
+                return None
+            try:
+                return b.get(f)
+            except Exception:  # noqa: BLE001 - a worker that failed (and was replaced) since it was asked
+                return None    # its state, as one that did not answer: fresh reward statistics on resume
+
+        workers = [worker_state(f) for f in calls["workers"]]
         # A snapshot's tensors come as arrays (Learner.state_snapshot); a state is the same either way.
         return {"learners": {name: restore_tensors(b.get(f)) for name, f in calls["learners"].items()}, "workers": workers}
 

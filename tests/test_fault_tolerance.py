@@ -268,3 +268,28 @@ def test_dppo_mode_replaces_a_killed_worker(ray_session, tmp_path, when):
     # Killed mid-update, its shard (statistics in hand, samples on the dead actor) counts failed;
     # killed between updates, its rollout in flight never reached the group.
     assert len(ids["failed"]) == (256 if when == "mid_update" else 0)
+
+
+def test_a_worker_that_fails_after_it_was_asked_for_its_state_is_left_out_of_the_checkpoint():
+    """soft/async: a checkpoint taken while the next rollouts run asked every worker for its state;
+    one that failed meanwhile (and was replaced, its actor killed) made the checkpoint raise
+    ActorDiedError and the run crash with a traceback. Its state is now None, as for a worker that
+    did not answer in time (it restarts with fresh reward statistics on resume)."""
+    from types import SimpleNamespace
+
+    from hdppo.platform.group import DPPOGroup
+
+    class Backend:
+        def get(self, call):
+            if call == "dead":
+                raise RuntimeError("The actor is dead because it was killed by `ray.kill`.")
+            return {"asked": call}
+
+        def wait_all(self, calls, timeout=None):
+            return True
+
+    group = SimpleNamespace(backend=Backend(), name="control")
+    state = DPPOGroup.resolve_state(group, {"learners": {"control": "learner"}, "workers": ["w0", "dead"]})
+    assert state["workers"] == [{"asked": "w0"}, None] and state["learners"] == {"control": {"asked": "learner"}}
+    with pytest.raises(RuntimeError, match="killed"):  # a learner's failure is still an error
+        DPPOGroup.resolve_state(group, {"learners": {"control": "dead"}, "workers": []})
