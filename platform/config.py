@@ -22,7 +22,9 @@ from .sync_modes import sync_mode_class
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: an infinite lr, bound or timeout passed every range check (lr: .inf
+    # trained NaN weights and exited 0).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class OpponentsSpec(_Strict):

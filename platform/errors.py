@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..envs.errors import ConfigError, EnvError, HdppoError
 
-__all__ = ["HdppoError", "ConfigError", "EnvError", "RayStartError", "CheckpointError", "ExportError"]
+__all__ = ["HdppoError", "ConfigError", "EnvError", "RayStartError", "CheckpointError", "ExportError", "DivergedError"]
 
 
 class RayStartError(HdppoError):
@@ -20,3 +20,8 @@ class CheckpointError(HdppoError):
 
 class ExportError(HdppoError):
     """A layer or format that ``hdppo export`` cannot write as asked."""
+
+
+class DivergedError(HdppoError):
+    """A layer's update turned non-finite: its weights diverged (a learning rate too high, rewards
+    of a wild scale), and everything trained on from there would be NaN."""

@@ -25,6 +25,7 @@ from .backend import call_service, concurrency_group, deref, make_backend
 from .batch import Batch, Rollout, RolloutStats, advantage_moments, explained_variance_of, no_ids
 from .config import Config
 from .devices import check_visible
+from .errors import DivergedError
 from .diagnostics import divergences, mean_pairwise_cosine, pool_moments
 from .messages import Accounting, GradientResult, UpdateResult
 from .tensor_buffers import as_buffers, copied, on_cpu
@@ -457,8 +458,21 @@ class Learner:
         return self.version
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def _check_finite(self, logs: list[dict], coefs: dict) -> None:
+        """Stop on an update whose losses are not finite (the weights diverged): it would go on
+        as NaN, exit 0, and its loss charts would just end (a NaN is not charted)."""
+        bad = {k: v for k in ("policy", "value") if logs and not np.isfinite(v := _mean(logs, k))}
+        if bad:
+            idx = [layer.name for layer in self.cfg.layers].index(self.layer.name)
+            raise DivergedError(
+                f"layer {self.layer.name!r}: update {self.updates + 1} gave a non-finite loss ("
+                + ", ".join(f"{k} {v}" for k, v in bad.items()) + f"): its weights diverged (learning rate "
+                f"{coefs['lr']:g}). Lower layers[{idx}].ppo.lr, keep ppo.max_grad_norm set, or check the scale of the "
+                "env's rewards and observations (normalization).")
+
     def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float,
                 publish: bool = True, lags: np.ndarray | None = None) -> UpdateResult:
+        self._check_finite(logs, coefs)
         self.version += 1
         self.updates += 1
         if publish:  # awaited (_published) by the caller before it returns

@@ -275,3 +275,26 @@ def test_an_action_field_of_another_type_is_refused_not_ignored(action, stray):
         [{**cfg["layers"][0], "action": action}]
     with pytest.raises(ConfigError, match=stray):
         validate(cfg)
+
+
+@pytest.mark.parametrize("field", ["layers.0.ppo.lr", "train.stop_timeout_s", "layers.0.dppo.quality_beta"])
+def test_an_infinite_number_is_refused_like_nan(field, tmp_path):
+    """`--set layers.0.ppo.lr=.inf` passed the range checks (gt=0) and trained NaN weights."""
+    with pytest.raises(ConfigError, match=r"Input should be a finite number"):
+        load_config(str(ROOT / "configs" / "cartpole.yaml"), [f"{field}=.inf"])
+
+
+def test_an_update_whose_losses_turned_non_finite_stops_the_run_naming_the_layer_and_lr():
+    """A diverged layer trained on as NaN, exited 0, and its loss charts ended (NaN is not charted)."""
+    from types import SimpleNamespace
+
+    from hdppo.platform.errors import DivergedError
+    from hdppo.platform.learner import Learner
+
+    cfg = validate(tiny_config())
+    me = SimpleNamespace(cfg=cfg, layer=cfg.layers[0], updates=4)
+    Learner._check_finite(me, [{"policy": 0.1, "value": 2.0}], {"lr": 3e-4})   # finite: nothing to say
+    Learner._check_finite(me, [], {"lr": 3e-4})                                  # no minibatch: nothing to check
+    with pytest.raises(DivergedError, match=r"layer 'control': update 5 gave a non-finite loss \(value nan\).*"
+                                            r"learning rate 0.5\). Lower layers\[0\].ppo.lr"):
+        Learner._check_finite(me, [{"policy": 0.1, "value": float("nan")}], {"lr": 0.5})

@@ -35,7 +35,7 @@ def two_layers(**over):
     (lambda c: c["layers"][1].update(period=2), r"bottom layer acts every env step"),
     (lambda c: c["layers"][0].update(action={"type": "env"}), r"layers\[0\] \(strategy\).action: only the bottom"),
     (lambda c: c["layers"][0].update(action={"type": "discrete"}), r"needs n"),
-    (lambda c: c["layers"][0].update(action={"type": "box", "low": [0], "high": [float("inf")]}), r"finite bounds"),
+    (lambda c: c["layers"][0].update(action={"type": "box", "low": [0], "high": [float("inf")]}), r"layers\[0\].action.high\[0\]: Input should be a finite number"),
     (lambda c: c["layers"][1].update(observation={"command": False}, reward={"env": 1.0}), r"cannot take this command"),
     (lambda c: c["layers"][0].update(agents={"squads": {"a": ["walker_0"], "b": ["walker_0"]}}), r"'walker_0' is in two squads"),
     (lambda c: c["layers"][1].update(name="strategy"), r"names must be unique"),
