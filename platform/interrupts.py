@@ -12,7 +12,8 @@ is a :class:`StopRequest`: the trainer lets the update in flight finish within
 ``train.stop_timeout_s`` or drops it, writes a checkpoint, and returns. Outside the training loop
 (Ray starting, the final evaluation) there is nothing to wait for, and the signal raises
 :class:`KeyboardInterrupt` at once. Any SIGINT after the first signal exits at once
-(``os._exit``), deleting nothing; a repeated SIGTERM is ignored (``timeout`` sends two).
+(``os._exit``), deleting nothing, as does any signal while the trainer shuts its actors and Ray
+down (``StopRequest.finishing``); a repeated SIGTERM is ignored (``timeout`` sends two).
 A hook may stop a run too: ``trainer.stop.request("target reached")``.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ class StopRequest:
         self.signum: Optional[int] = None
         self.at: Optional[float] = None  # time.monotonic() of the request
         self.interruptible = True
+        self.finishing = False  # the trainer is shutting its actors and Ray down: nothing left to save
 
     def request(self, reason: str, signum: Optional[int] = None) -> None:
         if self.reason is None:
@@ -84,6 +86,10 @@ class SignalHandlers:
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal_name(signum)
+        if self.stop.finishing and (signum == signal.SIGINT or not self.stop):
+            _say(f"[hdppo] {name} while shutting down: exiting at once. The run dir is kept as it is "
+                 "(metrics.jsonl and tb/ up to the last update; the last checkpoint, if any).")
+            os._exit(128 + signum)
         if self.stop:
             if signum == signal.SIGINT:
                 # Not print(): the main thread may be inside a write to the same stream.

@@ -713,15 +713,19 @@ def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str 
     if resume and run_dir is None:
         run_dir = str(Path("runs") / cfg.name)
     trainer = Trainer(cfg, run_dir, resume=resume)
-    try:
-        with SignalHandlers(trainer.stop, cfg.train.stop_timeout_s if cfg.ray.backend == "ray" else None):
+    # The handlers stay in place while the actors and Ray shut down: a second Ctrl-C there (the
+    # first one's checkpoint written) is the documented exit at once, not a KeyboardInterrupt out
+    # of the shutdown that said nothing was kept.
+    with SignalHandlers(trainer.stop, cfg.train.stop_timeout_s if cfg.ray.backend == "ray" else None):
+        try:
             return trainer.train()
-    except KeyboardInterrupt:
-        raise _interrupted(trainer) from None
-    finally:
-        trainer.shutdown()
-        if cfg.ray.backend == "ray":
-            shutdown_ray()  # here, not at exit: quietly, and before the final lines are printed
+        except KeyboardInterrupt:
+            raise _interrupted(trainer) from None
+        finally:
+            trainer.stop.finishing = True  # from here on a signal exits at once: the run is saved or lost already
+            trainer.shutdown()
+            if cfg.ray.backend == "ray":
+                shutdown_ray()  # here, not at exit: quietly, and before the final lines are printed
 
 
 def _interrupted(trainer: Trainer) -> Interrupted:

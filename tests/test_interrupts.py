@@ -234,3 +234,35 @@ def test_holds_results(tmp_path):
     assert not holds_results(tmp_path)  # what a start leaves before any update: removable
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
     assert holds_results(tmp_path)
+
+
+def test_a_signal_while_the_trainer_shuts_down_exits_at_once_saying_the_run_is_kept():
+    """A second Ctrl-C soon after the first (its checkpoint written) landed in the actors' and Ray's
+    shutdown, after the handlers were gone: a KeyboardInterrupt out of the shutdown, 'interrupted
+    before anything was kept' beside a run dir with checkpoints, exit 1 in some tries."""
+    code = ("import os, signal, time\n"
+            "from hdppo.platform.interrupts import SignalHandlers, StopRequest\n"
+            "stop = StopRequest()\nstop.request('stopped by SIGINT', signal.SIGINT)\nstop.finishing = True\n"
+            "with SignalHandlers(stop, None):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(10)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 130 and "SIGINT while shutting down: exiting at once. The run dir is kept" in out.stderr
+
+
+def test_the_handlers_stay_while_the_trainer_shuts_down(tmp_path, monkeypatch):
+    from hdppo.platform import trainer as trainer_module
+    from hdppo.platform.interrupts import SignalHandlers
+
+    seen = []
+    real = trainer_module.Trainer.shutdown
+
+    def shutdown(self):
+        handler = signal.getsignal(signal.SIGINT)
+        seen.append((self.stop.finishing, isinstance(getattr(handler, "__self__", None), SignalHandlers)))
+        real(self)
+
+    monkeypatch.setattr(trainer_module.Trainer, "shutdown", shutdown)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(train={"eval_episodes": 0})))
+    trainer_module.train_from_file(str(path), run_dir=str(tmp_path / "run"))
+    assert seen == [(True, True)]
+    assert not isinstance(getattr(signal.getsignal(signal.SIGINT), "__self__", None), SignalHandlers)  # restored after
