@@ -28,17 +28,38 @@ def decide_workers(current: int, cpu_util: float, cfg: ElasticConfig, free_cpus:
     return current
 
 
+def busy_share(before: tuple, after: tuple) -> float | None:
+    """CPU utilization (0..1) between two ``psutil.cpu_times()`` readings: the share of the
+    elapsed CPU time not idle (idle and iowait count as idle); None when no time elapsed."""
+    delta = {f: b - a for f, a, b in zip(after._fields, before, after)}
+    total = sum(delta.values())
+    if total <= 0:
+        return None
+    idle = delta.get("idle", 0.0) + delta.get("iowait", 0.0)
+    return min(max(1.0 - idle / total, 0.0), 1.0)
+
+
 class CpuMeter:
-    """Mean CPU utilization (0..1, all cores of this node) since the last reading."""
+    """Mean CPU utilization (0..1, all cores of this node) since its last reading, from its own
+    ``cpu_times`` (``psutil.cpu_percent(interval=None)`` keeps one interval per process, shared by
+    every group's meter, and reads 0.0 when asked again too soon: a bogus 0% that resized pools)."""
+
+    MIN_INTERVAL_S = 0.2  # a reading over less than this is noise: None (no reading)
 
     def __init__(self) -> None:
         import psutil  # a Ray dependency
 
         self._psutil = psutil
-        psutil.cpu_percent(interval=None)  # the first reading only starts the interval
+        self._times, self._at = psutil.cpu_times(), time.monotonic()
 
-    def __call__(self) -> float:
-        return self._psutil.cpu_percent(interval=None) / 100.0
+    def __call__(self) -> float | None:
+        now = time.monotonic()
+        if now - self._at < self.MIN_INTERVAL_S:
+            return None
+        times = self._psutil.cpu_times()
+        share = busy_share(self._times, times)
+        self._times, self._at = times, now
+        return share
 
 
 def request_scale(run_dir: Path | str, workers: int, group: str | None = None) -> Path:

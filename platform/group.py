@@ -121,6 +121,7 @@ class DPPOGroup:
 
             self._meter = CpuMeter()
             self._util: list[float] = []
+            self._told_no_room = False
         # Learners too: each publishes its first weights while it starts, and a worker that samples
         # before that would act with its own random initialisation.
         pings = [backend.call(w, "ping") for w in self.workers] + [backend.call(h, "counters") for h in self.learners.values()]
@@ -335,13 +336,22 @@ class DPPOGroup:
         from .elastic import decide_workers
 
         e = self.dppo.elastic
-        self._util.append(self._meter())  # type: ignore[misc]
-        metrics[M.PERF_CPU_UTIL] = self._util[-1]
-        if self._updates % e.every:  # type: ignore[union-attr]
+        reading = self._meter()  # type: ignore[misc]
+        if reading is not None:  # None: too soon after the last one to mean anything
+            self._util.append(reading)
+            metrics[M.PERF_CPU_UTIL] = reading
+        if self._updates % e.every or not self._util:  # type: ignore[union-attr]
             return
         util = sum(self._util) / len(self._util)
         self._util = []
-        n = decide_workers(len(self.workers), util, e, self.backend.free_cpus(), self._worker_args[1])  # type: ignore[arg-type]
+        free, each = self.backend.free_cpus(), self._worker_args[1]
+        n = decide_workers(len(self.workers), util, e, free, each)  # type: ignore[arg-type]
+        if (n == len(self.workers) < e.max_workers and util < e.low_util and free < each  # type: ignore[union-attr]
+                and not self._told_no_room):
+            self._told_no_room = True  # said once: the pool would grow, but no worker fits
+            print(f"[hdppo] group {self.name!r}: CPU utilization {util:.0%} is below elastic.low_util, but the pool "
+                  f"cannot grow past {n} workers: each declares {each:g} CPUs and {free:g} are free. Set "
+                  "dppo.worker_cpus (e.g. 0.5) so that another worker fits.", flush=True)
         if n != len(self.workers):
             print(f"[hdppo] group {self.name!r}: CPU utilization {util:.0%} -> {n} workers (was {len(self.workers)})",
                   flush=True)

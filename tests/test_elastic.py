@@ -207,3 +207,42 @@ def test_the_resume_command_scale_prints_works_for_a_config_with_groups(tmp_path
     argv = shlex.split(printed)[1:] + ["--set", "train.total_env_steps=512"]
     assert main(argv) == 0, capsys.readouterr().err
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["groups"][0]["dppo"]["num_workers"] == 1
+
+
+def test_the_cpu_meter_reads_its_own_interval_and_gives_no_reading_too_soon(monkeypatch):
+    """psutil.cpu_percent(interval=None) keeps one interval per process and reads 0.0 when asked
+    again too soon: bogus 0% readings that grew and shrank the pool five times in 15 updates."""
+    from collections import namedtuple
+
+    from hdppo.platform import elastic
+
+    T = namedtuple("T", "user system idle iowait")
+    assert elastic.busy_share(T(10, 5, 80, 5), T(13, 6, 84, 5)) == pytest.approx(0.5)   # 4 busy of 8
+    assert elastic.busy_share(T(1, 1, 1, 1), T(1, 1, 1, 1)) is None                      # no time passed
+    clock = iter([0.0, 0.05, 1.0])
+    monkeypatch.setattr(elastic.time, "monotonic", lambda: next(clock))
+    times = iter([T(0, 0, 0, 0), T(3, 1, 4, 0)])
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(times))
+    meter = elastic.CpuMeter()
+    assert meter() is None            # 0.05 s after the start: no reading (psutil's own would say 0%)
+    assert meter() == pytest.approx(0.5)
+
+
+def test_a_pool_that_wants_to_grow_but_has_no_room_says_why_once(tmp_path, monkeypatch, capsys):
+    class Idle:
+        def __call__(self):
+            return 0.1
+
+    monkeypatch.setattr("hdppo.platform.elastic.CpuMeter", Idle)
+    cfg = _cfg(num_workers=1, elastic={"min_workers": 1, "max_workers": 3, "low_util": 0.5, "high_util": 0.9, "every": 1})
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    monkeypatch.setattr(trainer.backend, "free_cpus", lambda: 0.0)
+    try:
+        trainer.train()
+    finally:
+        trainer.shutdown()
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("is below elastic.low_util, but the pool cannot grow past 1 workers") == 1
+    assert "Set dppo.worker_cpus" in out
