@@ -324,6 +324,14 @@ class DPPOConfig(_Strict):
                              "drop pipeline (or set it to false) to keep that sync mode, or set sync: pipeline")
         if self.pipeline:
             object.__setattr__(self, "sync", "pipeline")  # not setattr: that would validate again, recursively
+        # Settings of the other mode would be ignored in silence (a run with compression: q8 in mode
+        # central logged no compressed bytes and said nothing).
+        other = ({"compression": "none", "aggregate": "samples"} if self.mode == "central" else {"stale": "drop"})
+        ignored = [f"{k}: {getattr(self, k)}" for k, default in other.items() if getattr(self, k) != default]
+        if ignored:
+            need = "dppo" if self.mode == "central" else "central"
+            raise ValueError(f"{', '.join(ignored)} applies in mode {need} only, and this group's mode is {self.mode!r}: "
+                             f"set mode: {need}, or remove {'it' if len(ignored) == 1 else 'them'}")
         return self
 
     @property

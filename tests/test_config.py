@@ -298,3 +298,14 @@ def test_an_update_whose_losses_turned_non_finite_stops_the_run_naming_the_layer
     with pytest.raises(DivergedError, match=r"layer 'control': update 5 gave a non-finite loss \(value nan\).*"
                                             r"learning rate 0.5\). Lower layers\[0\].ppo.lr"):
         Learner._check_finite(me, [{"policy": 0.1, "value": float("nan")}], {"lr": 0.5})
+
+
+@pytest.mark.parametrize("dppo,match", [({"compression": "q8"}, "compression: q8 applies in mode dppo only"),
+                                        ({"aggregate": "quality"}, "aggregate: quality applies in mode dppo only"),
+                                        ({"mode": "dppo", "stale": "downweight"},
+                                         "stale: downweight applies in mode central only")])
+def test_a_setting_of_the_other_mode_is_refused_not_ignored(dppo, match):
+    cfg = tiny_config()
+    cfg["layers"][0]["dppo"].update(dppo)
+    with pytest.raises(ConfigError, match=match):
+        validate(cfg)
