@@ -231,6 +231,11 @@ class Trainer:
                                            encoder=dims[name].get("encoder"))
         for names, workers, share in plan_groups(self.cfg, total_cpus):
             d = self.cfg.group_dppo(names)
+            if d.worker_cpus is not None and d.worker_cpus > total_cpus:  # Ray would wait for them forever
+                i = [layer.name for layer in self.cfg.layers].index(names[0])
+                raise ConfigError(f"layers[{i}] ({names[0]}).dppo.worker_cpus is {d.worker_cpus:g}, more than the "
+                                  f"{total_cpus:g} CPUs Ray reports: no worker could ever be placed. Lower it (workers "
+                                  "may declare a fraction, e.g. 0.5), leave it out to share the machine, or add nodes.")
             if workers < d.num_workers and not self.quiet:
                 print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
                       f"(capped at its share, {share:g}, of the {total_cpus:g} CPUs Ray reports)", flush=True)

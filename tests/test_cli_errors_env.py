@@ -468,3 +468,11 @@ def test_an_env_that_breaks_mid_run_names_its_line_and_keeps_the_run_to_resume(s
     assert "scripted_envs.py, line " in err and ", in step)" in err, err
     assert "The run dir r is kept with its last checkpoint (ckpt_" in err and "--run-dir r --resume" in err, err
     assert list((scratch / "r" / "checkpoints").glob("ckpt_*.pt"))
+
+
+def test_worker_cpus_beyond_the_machine_is_refused_at_once(scratch, capsys):
+    """worker_cpus: 100 on 2 cores waited 120 s for Ray to place a worker it never could."""
+    code, err = run(capsys, ["train", CARTPOLE, *TINY, "--set", "ray.num_cpus=2",
+                             "--set", "layers.0.dppo.worker_cpus=100", "--run-dir", "r"])
+    assert code == 2 and "layers[0] (control).dppo.worker_cpus is 100, more than the 2 CPUs Ray reports" in err, err
+    assert not (scratch / "r").exists()
