@@ -38,7 +38,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     total = f" ({summary['total_s']:.0f}s with start-up and evaluation)" if "total_s" in summary else ""
     over = summary.get("total_env_steps")
     # Updates take whole train batches, so the last one may pass train.total_env_steps.
-    past = (f" (train.total_env_steps {over:,}, passed by the last update's whole batch)"
+    past = ("" if summary.get("nothing_to_train") else
+            f" (train.total_env_steps {over:,}, passed by the last update's whole batch)"
             if over and summary["env_steps"] > over else "")
     print(f"[hdppo] done: {summary['env_steps']:,} env steps{past} in {summary['wall_s']:.0f}s of training{total}{ev}")
     for name, gate in summary.get("never_started", {}).items():

@@ -150,6 +150,7 @@ class Trainer:
         self.groups: list[DPPOGroup] = []
         self.fixed: dict[str, Learner] = {}    # frozen layers: publish their weights, never update
         self._weights_from: dict[str, dict[str, Any]] = {}  # schedule.checkpoint layers: the file, frozen or not
+        self._nothing_to_train = False  # resumed at or past train.total_env_steps
         self.last: dict[str, dict] = {}         # the last metrics of each layer
         self._created = False
         self._born = time.time()  # a scale request older than this was made while no trainer ran
@@ -210,6 +211,13 @@ class Trainer:
                                        [n for n in dims if not any(n in g for g in self.cfg.layer_groups())])
             if mismatch:
                 raise self._resume_error(ckpt, mismatch)  # type: ignore[arg-type]
+            done = sampled_env_steps(resume_state[1])
+            self._nothing_to_train = done >= self.cfg.train.total_env_steps
+            if self._nothing_to_train and not self.quiet:
+                # Often a --set train.total_env_steps of the first run not repeated: said, not taken for a run.
+                print(f"[hdppo] nothing to train: {self.run_dir} has {done:,} env steps and train.total_env_steps is "
+                      f"{self.cfg.train.total_env_steps:,}. To train on, resume with a larger budget (--set "
+                      f"train.total_env_steps=N; a --set of the earlier run is not remembered).", flush=True)
         if self.cfg.train.video_every:
             from .video import check_renders
 
@@ -638,6 +646,8 @@ class Trainer:
         summary: dict[str, Any] = {"env_steps": steps, "updates": updates, "wall_s": wall, "total_env_steps": total,
                                    "last_return": last_return, "run_dir": str(self.run_dir),
                                    "learner_devices": {n: dev for g in self.groups for n, dev in g.devices.items()}}
+        if self._nothing_to_train:
+            summary["nothing_to_train"] = True
         # Layers whose start_after was never met keep their first weights: said, or eval and export
         # would go ahead on them in silence.
         waiting = {name: self.cfg.layer(name).schedule.start_after for g in self.groups

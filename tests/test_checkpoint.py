@@ -248,9 +248,13 @@ def test_resume_with_changed_settings_says_what_changed_and_keeps_the_config_it_
     cfg.write_text(yaml.safe_dump(tiny_config()))
     run = tmp_path / "run"
     assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
+    capsys.readouterr()
     assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume"]) == 0
     assert not list(run.glob("config.before-resume-*.yaml"))
-    capsys.readouterr()
+    # A finished run resumed on the same budget: said as such, not as an update that passed the budget.
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nothing to train:" in out and "train.total_env_steps is 512" in out and "passed by" not in out
+    assert json.loads((run / "summary.json").read_text())["nothing_to_train"] is True
     assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume",
                  "--set", "layers.0.ppo.gamma=0.5", "--set", "train.total_env_steps=1024"]) == 0
     out = " ".join(capsys.readouterr().out.split())
