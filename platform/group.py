@@ -230,6 +230,10 @@ class DPPOGroup:
             self.versions[layer] = result.version
             if result.accounting is not None:
                 self._record(layer, result.accounting)
+            prefix = f"{M.PERF_WORKER_SAMPLES}/"
+            if any(k.startswith(prefix) for k in result.metrics):  # a worker that gave nothing (it failed, or
+                for i in range(len(self.workers)):                 # sat out a soft batch) charts 0, not a gap
+                    result.metrics.setdefault(f"{prefix}{i}", 0.0)
         self._updates += 1
         if self._meter is not None:
             self._elastic(out[self.layers[0]].metrics)

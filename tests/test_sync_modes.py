@@ -310,9 +310,11 @@ def test_a_mode_registered_from_a_test_file_is_used_by_the_group(tmp_path, round
     cfg = _cfg(total=1024, sync="round_robin")
     cfg.train.eval_episodes = 0
     summary, rows = _train(cfg, tmp_path / "run", "local")
-    per_update = [(r["step"], r["tag"]) for r in rows if r["tag"].startswith(M.PERF_WORKER_SAMPLES + "/")]
+    per_update = [(r["tag"], r["value"]) for r in rows if r["tag"].startswith(M.PERF_WORKER_SAMPLES + "/")]
     assert round_robin.calls == 2 and summary["env_steps"] == 1024  # two updates of one 512-sample rollout
-    assert [tag for _, tag in per_update] == [f"{M.PERF_WORKER_SAMPLES}/0", f"{M.PERF_WORKER_SAMPLES}/1"]
+    # Each worker in turn; the one that sat an update out charts 0 there (a gap before).
+    w0, w1 = f"{M.PERF_WORKER_SAMPLES}/0", f"{M.PERF_WORKER_SAMPLES}/1"
+    assert sorted(per_update[:2]) == [(w0, 512.0), (w1, 0.0)] and sorted(per_update[2:]) == [(w0, 0.0), (w1, 512.0)]
 
 
 class _FakeGroup:
