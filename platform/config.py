@@ -21,10 +21,28 @@ from .presets import resolve_config_path
 from .sync_modes import sync_mode_class
 
 
+def _numbers_only(annotation: Any) -> bool:
+    """A field that takes numbers and no boolean (pydantic's lax mode reads true as 1)."""
+    import typing
+
+    args = set(typing.get_args(annotation)) or {annotation}
+    return bool(args & {int, float}) and bool not in args
+
+
 class _Strict(BaseModel):
     # allow_inf_nan=False: an infinite lr, bound or timeout passed every range check (lr: .inf
     # trained NaN weights and exited 0).
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # `num_workers: true` trained with 1 worker, `max_lag: false` with 0.
+        if isinstance(data, dict):
+            for name, f in cls.model_fields.items():
+                if isinstance(data.get(name), bool) and _numbers_only(f.annotation):
+                    raise ValueError(f"{name}: {str(data[name]).lower()} is a boolean, and {name} takes a number")
+        return data
 
 
 class OpponentsSpec(_Strict):

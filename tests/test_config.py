@@ -309,3 +309,13 @@ def test_a_setting_of_the_other_mode_is_refused_not_ignored(dppo, match):
     cfg["layers"][0]["dppo"].update(dppo)
     with pytest.raises(ConfigError, match=match):
         validate(cfg)
+
+
+@pytest.mark.parametrize("override,match", [("layers.0.dppo.num_workers=true", "num_workers: true is a boolean"),
+                                            ("layers.0.dppo.max_lag=false", "max_lag: false is a boolean"),
+                                            ("layers.0.ppo.lr=true", "lr: true is a boolean")])
+def test_a_boolean_for_a_number_is_refused(override, match):
+    """pydantic's lax mode read `num_workers: true` as 1 worker and `max_lag: false` as 0."""
+    with pytest.raises(ConfigError, match=match):
+        load_config(str(ROOT / "configs" / "cartpole.yaml"), [override])
+    load_config(str(ROOT / "configs" / "cartpole.yaml"), ["layers.0.dppo.pipeline=true"])  # a boolean field takes one
