@@ -727,6 +727,8 @@ def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str 
         cfg = validate(cfg.model_dump() | {"ray": cfg.ray.model_dump() | given}, source=path, given=flags)
     if resume and run_dir is None:
         run_dir = str(Path("runs") / cfg.name)
+    # A Ray this process had started before (a notebook's, a test session's) is left running.
+    ray_was_up = cfg.ray.backend == "ray" and _ray_initialized()
     trainer = Trainer(cfg, run_dir, resume=resume)
     # The handlers stay in place while the actors and Ray shut down: a second Ctrl-C there (the
     # first one's checkpoint written) is the documented exit at once, not a KeyboardInterrupt out
@@ -739,8 +741,14 @@ def train_from_file(path: str, overrides: list[str] | None = None, run_dir: str 
         finally:
             trainer.stop.finishing = True  # from here on a signal exits at once: the run is saved or lost already
             trainer.shutdown()
-            if cfg.ray.backend == "ray":
+            if cfg.ray.backend == "ray" and not ray_was_up:
                 shutdown_ray()  # here, not at exit: quietly, and before the final lines are printed
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
 
 
 def _interrupted(trainer: Trainer) -> Interrupted:

@@ -468,6 +468,10 @@ def test_an_env_that_breaks_mid_run_names_its_line_and_keeps_the_run_to_resume(s
     assert "scripted_envs.py, line " in err and ", in step)" in err, err
     assert "The run dir r is kept with its last checkpoint (ckpt_" in err and "--run-dir r --resume" in err, err
     assert list((scratch / "r" / "checkpoints").glob("ckpt_*.pt"))
+    if backend == "ray":  # the Ray it found running (the test session's: a notebook's) is left running
+        import ray
+
+        assert ray.is_initialized()
 
 
 def test_worker_cpus_beyond_the_machine_is_refused_at_once(scratch, capsys):
