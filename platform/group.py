@@ -197,7 +197,7 @@ class DPPOGroup:
         :meth:`_fail` kept it): one crashed simulator is replaced, but
         a failure everywhere at once is most likely a bug in the env (or what it is given), which a
         replacement would only repeat."""
-        where = f", raised at {self._last_where}" if getattr(self, "_last_where", None) else ""
+        where = f", raised at {self._last_where}" if self._last_where else ""
         last = (f" (the last: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}{where})"
                 if error is not None else "")
         return EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
