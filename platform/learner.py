@@ -249,14 +249,16 @@ class Learner:
         """Workers return one entry per layer of their group; keep this layer's."""
         return [x[self.layer.name] if isinstance(x, dict) else x for x in items]
 
-    def _fresh_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], np.ndarray, np.ndarray]:
+    def _fresh_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], np.ndarray, np.ndarray, list[RolloutStats]]:
         """Per sample: drop what is more than ``max_lag`` versions old, down-weight the rest if
-        configured. Returns the rollouts that keep any sample, the kept samples' lags, and the
-        ids ``[k, 4]`` of the samples dropped."""
+        configured. Returns the rollouts that keep any sample, the kept samples' lags, the ids
+        ``[k, 4]`` of the samples dropped, and the stats of the rollouts dropped whole (their env
+        steps were taken all the same, and count, as a partly stale rollout's do)."""
         d = self.layer.dppo
         kept: list[Rollout] = []
         lags: list[np.ndarray] = []
         dropped = [no_ids()]
+        whole: list[RolloutStats] = []
         for r in rollouts:
             lag = self.version - r.batch.versions
             w = staleness_weights(lag, d.max_lag, d.stale, d.stale_decay)
@@ -264,6 +266,7 @@ class Learner:
             if not keep.all():
                 dropped.append(r.batch.ids[~keep])
             if not keep.any():
+                whole.append(r.stats)
                 continue
             batch = r.batch if keep.all() else r.batch.take(np.flatnonzero(keep))
             if d.stale == "downweight":  # a new Batch: the rollout may be the worker's own object (local backend)
@@ -272,7 +275,7 @@ class Learner:
             stats = r.stats if keep.all() else dataclasses.replace(r.stats, num_samples=int(keep.sum()))
             kept.append(Rollout(batch, stats))
             lags.append(lag[keep])
-        return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), np.concatenate(dropped)
+        return kept, (np.concatenate(lags) if lags else np.zeros(0, np.int64)), np.concatenate(dropped), whole
 
     def _accounting(self, trained: Any, stale: np.ndarray | None = None) -> Accounting | None:
         """What an update trained (ids, or a function making them) and dropped as stale, if
@@ -284,8 +287,11 @@ class Learner:
     def update_central(self, *rollouts: Rollout | dict[str, Rollout]) -> UpdateResult:
         t0 = time.perf_counter()
         use_threads(self.threads)
-        fresh, lags, stale = self._fresh_samples(self._mine(rollouts))
+        fresh, lags, stale, stale_whole = self._fresh_samples(self._mine(rollouts))
         dropped = len(stale)
+        # Rollouts dropped whole still count their env steps and normaliser statistics: the env was
+        # stepped (RLlib counts sampled steps the same way); before, they vanished from the budget.
+        self._absorb(stale_whole)
         if not fresh:
             return UpdateResult({M.PERF_DROPPED_STALE: float(dropped)}, self.env_steps, self.version,
                                 accounting=self._accounting(no_ids(), stale))

@@ -168,6 +168,9 @@ def test_streaming_modes_replace_failed_workers_without_counting_twice(ray_sessi
     assert 1 in stale[:, ID_WORKER] and (sync == "async" or set(stale[:, ID_WORKER].tolist()) == {1})
     # The logged trained count is the ledger's: a partly stale rollout's dropped part is not in it.
     assert len(trained) == _trained_samples(run) and summary["env_steps"] >= 2560
+    # Every env step sampled counts, trained or dropped as stale (a rollout dropped whole, as async's
+    # are, did not count before: the budget and env steps/s undercounted).
+    assert summary["env_steps"] == len(trained) + len(stale)
     mine, stale = trained[trained[:, ID_WORKER] == 1], stale[stale[:, ID_WORKER] == 1]
     chunks = set((stale[:, ID_STEP] // chunk).tolist())
     assert 0 in chunks, chunks

@@ -94,8 +94,9 @@ def test_samples_older_than_max_lag_are_never_used(rule):
     cfg.diagnostics.accounting = True
     learner = Learner(cfg, 0, 4, gym.spaces.Discrete(2), ParameterService())
     learner.version = 10
-    kept, lags, dropped = learner._fresh_samples([_rollout([10, 9, 8, 7, 3]), _rollout([5, 6], worker=1)])
+    kept, lags, dropped, whole = learner._fresh_samples([_rollout([10, 9, 8, 7, 3]), _rollout([5, 6], worker=1)])
     assert len(kept) == 1 and dropped[:, [0, 2]].tolist() == [[0, 3], [0, 4], [1, 0], [1, 1]]  # (worker, step)
+    assert [s.worker for s in whole] == [1]  # the rollout dropped whole, whose env steps still count
     assert lags.tolist() == [0, 1, 2] and kept[0].batch.versions.tolist() == [10, 9, 8]
     assert kept[0].batch.ids[:, 2].tolist() == [0, 1, 2]  # the ids follow their samples
     expect = [1, 1, 1] if rule == "drop" else [1, 0.5, 0.25]
@@ -107,8 +108,11 @@ def test_samples_older_than_max_lag_are_never_used(rule):
     acc = result.accounting
     assert acc.trained[:, 2].tolist() == [0, 1, 2] and acc.stale[:, 2].tolist() == [3, 4] and not len(acc.failed)
     # Only stale samples: nothing trained, all of them counted (the version stays).
-    acc = learner.update_central(_rollout([3, 4], worker=2)).accounting
+    before = learner.env_steps
+    result = learner.update_central(_rollout([3, 4], worker=2))
+    acc = result.accounting
     assert not len(acc.trained) and acc.stale[:, [0, 2]].tolist() == [[2, 0], [2, 1]]
+    assert result.env_steps == learner.env_steps == before + 2  # sampled, so counted (it was not)
 
 
 # -- end to end --------------------------------------------------------------------------------
