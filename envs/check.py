@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 
 from .adapters import GymnasiumAdapter, adapt, make_multi_agent
-from .vector import AdapterCopies, GymnasiumCopies, check_action_space, why_outside
+from .vector import (AdapterCopies, GymnasiumCopies, check_action_space, check_contract, check_episodes,
+                     why_outside)
 from .errors import EnvError
 from .loading import call_factory, make_gym_env, resolve_entry_point
 
@@ -81,17 +82,6 @@ def _batch_actions(venv: Any, masks: np.ndarray | None, rng: np.random.Generator
     return np.stack([np.asarray(space.sample()) for _ in range(n * a)]).reshape((n, a, *space.shape))
 
 
-def _check_arrays(name: str, where: str, got: Any, shape: tuple, kind: str) -> None:
-    arr = np.asarray(got) if got is not None else None
-    if arr is None or arr.shape != shape:
-        raise EnvError(f"env {name!r}: {where} has shape {None if arr is None else arr.shape}, expected {shape} "
-                       "([copies, agent slots, ...]; see hdppo.envs.vector).")
-    if kind == "bool" and arr.dtype != bool:
-        raise EnvError(f"env {name!r}: {where} is {arr.dtype}, expected bool.")
-    if kind == "finite" and not np.isfinite(arr).all():
-        raise EnvError(f"env {name!r}: {where} holds NaN or inf.")
-
-
 def _check_batched(e: Any, steps: int) -> str:
     """A natively vectorised env (``env.type`` vector or gymnasium_vector): 2 copies made as
     training makes them, every array of reset and step checked against the contract of
@@ -101,27 +91,18 @@ def _check_batched(e: Any, steps: int) -> str:
     name = e.entry_point or e.id or "env"
     venv = make_vector_env(e.type, e.id, e.entry_point, e.kwargs, e.max_episode_steps, 2, seed=0)
     try:
-        n, a, d = venv.num_envs, len(venv.agents), int(venv.obs_dim)
+        n, d = venv.num_envs, int(venv.obs_dim)
         m = int(getattr(venv, "mask_dim", 0) or 0)
+        # An upper layer may read the global state: checked too where the env declares one.
+        venv.want_state = bool(getattr(venv, "state_dim", None))
         now = venv.reset(seed=0)
-        _check_arrays(name, "reset().obs", now.obs, (n, a, d), "finite")
-        _check_arrays(name, "reset().alive", now.alive, (n, a), "bool")
-        if m:
-            _check_arrays(name, "reset().masks", now.masks, (n, a, m), "finite")
+        check_contract(venv, name, "reset()", now)
         rng = np.random.default_rng(0)
         episodes = 0
         for t in range(steps):
             res = venv.step(_batch_actions(venv, now.masks if m else None, rng))
-            where = f"step() #{t + 1}"
-            _check_arrays(name, f"{where} obs", res.obs, (n, a, d), "finite")
-            _check_arrays(name, f"{where} rewards", res.rewards, (n, a), "finite")
-            for field in ("alive", "acting", "terminated", "truncated"):
-                _check_arrays(name, f"{where} {field}", getattr(res, field), (n, a), "bool")
-            _check_arrays(name, f"{where} episode_end", res.episode_end, (n,), "bool")
-            if np.asarray(res.episode_end).any() or np.asarray(res.terminated).any() or np.asarray(res.truncated).any():
-                _check_arrays(name, f"{where} final_obs", res.final_obs, (n, a, d), "finite")
-            if m:
-                _check_arrays(name, f"{where} masks", res.masks, (n, a, m), "finite")
+            check_contract(venv, name, f"step() #{t + 1}", res)
+            check_episodes(name, f"step() #{t + 1}", res)
             episodes += len(res.episodes)
             now = res
         agent = venv.agents[0]

@@ -965,6 +965,77 @@ class GymnasiumVector(VectorMultiAgentEnv):
         self.venv.close()
 
 
+def check_array(name: str, where: str, got: Any, shape: tuple, kind: str) -> None:
+    """An :class:`EnvError` naming the env and the field unless ``got`` is an array of ``shape``,
+    of bools (``kind`` "bool") or of finite numbers ("finite")."""
+    arr = np.asarray(got) if got is not None else None
+    if arr is None or arr.shape != shape:
+        raise EnvError(f"env {name!r}: {where} has shape {None if arr is None else arr.shape}, expected {shape} "
+                       "([copies, agent slots, ...]; see hdppo.envs.vector).")
+    if kind == "bool" and arr.dtype != bool:
+        raise EnvError(f"env {name!r}: {where} is {arr.dtype}, expected bool.")
+    if kind == "finite" and not np.isfinite(arr).all():
+        raise EnvError(f"env {name!r}: {where} holds NaN or inf.")
+
+
+def check_contract(venv: VectorMultiAgentEnv, name: str, where: str, out: VecObs | VecStep) -> None:
+    """Every array of a batched env's ``reset``/``step`` result against the contract above."""
+    n, a, d = int(venv.num_envs), len(venv.agents), int(venv.obs_dim)
+    m = int(getattr(venv, "mask_dim", 0) or 0)
+    check_array(name, f"{where} obs", out.obs, (n, a, d), "finite")
+    check_array(name, f"{where} alive", out.alive, (n, a), "bool")
+    if isinstance(out, VecStep):
+        check_array(name, f"{where} rewards", out.rewards, (n, a), "finite")
+        for f in ("acting", "terminated", "truncated"):
+            check_array(name, f"{where} {f}", getattr(out, f), (n, a), "bool")
+        check_array(name, f"{where} episode_end", out.episode_end, (n,), "bool")
+        if np.asarray(out.episode_end).any() or np.asarray(out.terminated).any() or np.asarray(out.truncated).any():
+            check_array(name, f"{where} final_obs", out.final_obs, (n, a, d), "finite")
+    if m:
+        check_array(name, f"{where} masks", out.masks, (n, a, m), "finite")
+    if getattr(venv, "want_state", False):
+        s = int(venv.state_dim or 0)
+        check_array(name, f"{where} state (state_dim {s}: an upper layer reads it)", out.state, (n, s), "finite")
+        if isinstance(out, VecStep) and np.asarray(out.episode_end).any():
+            check_array(name, f"{where} final_state", out.final_state, (n, s), "finite")
+
+
+def check_episodes(name: str, where: str, res: VecStep) -> None:
+    """Copies whose episode ended are reported in ``VecStep.episodes``: training's returns and the
+    evaluation's episode count come from it (an env that never fills it made the evaluation wait
+    for episodes that never came)."""
+    ended = np.flatnonzero(np.asarray(res.episode_end))
+    if len(ended) and len(res.episodes or ()) < len(ended):
+        raise EnvError(f"env {name!r}: {where} set episode_end for copies {ended.tolist()} but VecStep.episodes "
+                       f"lists {len(res.episodes or ())}: append (return, length, copy) for every copy whose episode "
+                       "ended (hdppo counts episodes and their returns from it).")
+
+
+def contract_checked(venv: VectorMultiAgentEnv, name: str) -> VectorMultiAgentEnv:
+    """A user's batched env (``env.type: vector``) as training steps it: its results checked as
+    ``hdppo check-env`` checks them for the first SPACE_CHECK_STEPS steps, ``episodes`` on every
+    step (cheap, and an episode may first end late). The same object, its ``reset``/``step``
+    wrapped, so that every attribute the sampler reads or sets stays the env's own."""
+    reset, step = venv.reset, venv.step
+    steps = [0]
+
+    def checked_reset(seed: int | None = None) -> VecObs:
+        out = reset(seed=seed)
+        check_contract(venv, name, "reset()", out)
+        return out
+
+    def checked_step(actions: np.ndarray) -> VecStep:
+        res = step(actions)
+        steps[0] += 1
+        if steps[0] <= SPACE_CHECK_STEPS:
+            check_contract(venv, name, f"step() #{steps[0]}", res)
+        check_episodes(name, f"step() #{steps[0]}", res)
+        return res
+
+    venv.reset, venv.step = checked_reset, checked_step  # type: ignore[method-assign]
+    return venv
+
+
 def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, kwargs: dict,
                     max_episode_steps: int | None, num_envs: int, seed: int | None = None,
                     opponents: dict | None = None) -> VectorMultiAgentEnv:
@@ -1020,5 +1091,5 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
                            f"{', '.join(missing)}; implement hdppo.envs.vector.VectorMultiAgentEnv.")
         if int(venv.num_envs) != num_envs:
             raise EnvError(f"env {name!r}: asked for {num_envs} copies, the factory made {venv.num_envs}.")
-        return venv
+        return contract_checked(venv, name)
     raise EnvError(f"env.type {env_type!r} is not one of gymnasium, pettingzoo, rllib, gymnasium_vector, vector.")

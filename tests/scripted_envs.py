@@ -350,6 +350,19 @@ def batched_countdown_flat_rewards(num_envs: int, seed=None, **kwargs):
     return _FlatRewards(num_envs, seed, **kwargs)
 
 
+class _NoEpisodes(BatchedCountdown):
+    """Sets episode_end but never reports the episodes in VecStep.episodes."""
+
+    def step(self, actions):
+        import dataclasses
+
+        return dataclasses.replace(super().step(actions), episodes=[])
+
+
+def batched_countdown_no_episodes(num_envs: int, seed=None, **kwargs):
+    return _NoEpisodes(num_envs, seed, **kwargs)
+
+
 class ScoredCountdown(CountdownEnv):
     """A countdown that reports, on its last step, ``score`` = the episode's length and
     ``reached`` = 1 when the agent pressed action 1 on that step; declares them as episode metrics."""

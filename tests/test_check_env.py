@@ -1,6 +1,9 @@
-import pytest
+import re
 
-from conftest import ROOT
+import pytest
+import yaml
+
+from conftest import ROOT, tiny_config
 from hdppo.envs.check import check_target
 from hdppo.platform.errors import EnvError
 
@@ -136,3 +139,21 @@ def test_a_built_in_env_refusing_a_value_points_at_env_kwargs():
         call_factory(resolve_entry_point(name), name, {"opponent": "focus_kyte"})
     assert "Change env.kwargs in the config" in str(err.value) and "Fix the factory" not in str(err.value)
     assert "focus_kite" in str(err.value)
+
+
+@pytest.mark.parametrize("entry,match", [
+    ("scripted_envs:batched_countdown_flat_rewards", r"step\(\) #1 rewards has shape \(2,\), expected \(2, 1\)"),
+    ("scripted_envs:batched_countdown_no_episodes", r"set episode_end for copies \[0, 1\] but VecStep.episodes lists 0")])
+def test_training_checks_a_batched_envs_arrays_as_check_env_does(entry, match, tmp_path, capsys):
+    """`type: vector` envs were unchecked in training: rewards [N] failed every worker with a numpy
+    broadcast error, and an env that never filled VecStep.episodes made the final evaluation wait
+    an hour for episodes that never came."""
+    from hdppo.platform.cli import main
+    from hdppo.platform.config import EnvConfig
+
+    with pytest.raises(EnvError, match=match):
+        check_target(EnvConfig(type="vector", entry_point=entry))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(env={"type": "vector", "entry_point": entry})))
+    assert main(["train", str(path), "--set", "ray.backend=local", "--run-dir", str(tmp_path / "r")]) == 2
+    assert re.search(match, " ".join(capsys.readouterr().err.split()))
