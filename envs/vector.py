@@ -19,7 +19,11 @@ and ``action_space(agent)`` (the per-agent spaces), and implement ``reset(seed) 
 and ``step(actions) -> VecStep``. ``actions`` is ``[N, A, *action_shape]`` in the env's own
 format (int64 for Discrete); entries of slots that do not act are to be ignored. A copy whose
 episode ends resets inside the same ``step``: its row of ``obs`` is the reset observation,
-``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did. The
+``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did, and
+``episodes`` lists ``(return, length, copy)`` for each of them (training charts the returns and
+the evaluation counts episodes from it). Seed copy ``i`` with ``seed + i`` (the evaluation
+assumes it). Training checks every array against this contract for the first steps, as ``hdppo
+check-env`` does, and ``episodes`` on every step. The
 arrays of a ``VecObs``/``VecStep`` need to stay valid only until the next ``step`` or ``reset``:
 the sampler copies what it keeps, so an env may write every step into the same buffers
 (``magent_vector`` does). Point
