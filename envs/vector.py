@@ -1081,6 +1081,10 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
         if not isinstance(venv, gym.vector.VectorEnv):
             raise EnvError(f"env {name!r}: type 'gymnasium_vector' but the factory returned {type(venv).__name__}, "
                            "not a gymnasium.vector.VectorEnv. Return one, or use env.type 'gymnasium'.")
+        if int(venv.num_envs) != num_envs:  # the workers' copies are counted from what they asked for
+            venv.close()
+            raise EnvError(f"env {name!r}: asked for {num_envs} copies, the factory made {venv.num_envs}. Make "
+                           "num_envs copies (the factory is called as make(num_envs=, **env.kwargs)).")
         return GymnasiumVector(venv, name)
     if env_type == "vector":
         if entry_point is None:

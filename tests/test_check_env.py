@@ -157,3 +157,17 @@ def test_training_checks_a_batched_envs_arrays_as_check_env_does(entry, match, t
     path.write_text(yaml.safe_dump(tiny_config(env={"type": "vector", "entry_point": entry})))
     assert main(["train", str(path), "--set", "ray.backend=local", "--run-dir", str(tmp_path / "r")]) == 2
     assert re.search(match, " ".join(capsys.readouterr().err.split()))
+
+
+def test_a_gymnasium_vector_factory_that_ignores_num_envs_is_refused(tmp_path, monkeypatch):
+    """It trained on 4 copies where 8 were asked, and check-env said OK (4 copies) after asking for 2."""
+    from hdppo.platform.config import EnvConfig
+
+    (tmp_path / "fixed4.py").write_text(
+        "import gymnasium as gym\n"
+        "def make(num_envs):\n"
+        "    return gym.vector.SyncVectorEnv([lambda: gym.make('CartPole-v1')] * 4,\n"
+        "                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvError, match=r"asked for 2 copies, the factory made 4"):
+        check_target(EnvConfig(type="gymnasium_vector", entry_point="fixed4:make"))
