@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,9 +23,7 @@ from .sync_modes import sync_mode_class
 
 def _numbers_only(annotation: Any) -> bool:
     """A field that takes numbers and no boolean (pydantic's lax mode reads true as 1)."""
-    import typing
-
-    args = set(typing.get_args(annotation)) or {annotation}
+    args = set(get_args(annotation)) or {annotation}
     return bool(args & {int, float}) and bool not in args
 
 

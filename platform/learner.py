@@ -464,10 +464,12 @@ class Learner:
         return self.version
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def _check_finite(self, logs: list[dict], coefs: dict) -> None:
-        """Stop on an update whose losses are not finite (the weights diverged): it would go on
-        as NaN, exit 0, and its loss charts would just end (a NaN is not charted)."""
-        bad = {k: v for k in ("policy", "value") if logs and not np.isfinite(v := _mean(logs, k))}
+    def _check_finite(self, logs: list[dict], coefs: dict) -> dict[str, float]:
+        """The update's mean policy and value losses (NaN without minibatches); stops on losses
+        that are not finite (the weights diverged): it would go on as NaN, exit 0, and its loss
+        charts would just end (a NaN is not charted)."""
+        losses = {k: _mean(logs, k) for k in ("policy", "value")}
+        bad = {k: v for k, v in losses.items() if logs and not np.isfinite(v)}
         if bad:
             idx = [layer.name for layer in self.cfg.layers].index(self.layer.name)
             raise DivergedError(
@@ -475,16 +477,17 @@ class Learner:
                 + ", ".join(f"{k} {v}" for k, v in bad.items()) + f"): its weights diverged (learning rate "
                 f"{coefs['lr']:g}). Lower layers[{idx}].ppo.lr, keep ppo.max_grad_norm set, or check the scale of the "
                 "env's rewards and observations (normalization).")
+        return losses
 
     def _finish(self, stats: list[RolloutStats], logs: list[dict], coefs: dict, update_s: float,
                 publish: bool = True, lags: np.ndarray | None = None) -> UpdateResult:
-        self._check_finite(logs, coefs)
+        losses = self._check_finite(logs, coefs)
         self.version += 1
         self.updates += 1
         if publish:  # awaited (_published) by the caller before it returns
             self.publish(wait=False)
         out: dict[str, float] = {
-            M.LOSS_POLICY: _mean(logs, "policy"), M.LOSS_VALUE: _mean(logs, "value"),
+            M.LOSS_POLICY: losses["policy"], M.LOSS_VALUE: losses["value"],
             M.LOSS_ENTROPY: _mean(logs, "entropy"), M.LOSS_APPROX_KL: _mean(logs, "approx_kl"),
             M.LOSS_CLIPFRAC: _mean(logs, "clipfrac"), M.LOSS_GRAD_NORM: _mean(logs, "grad_norm"),
             M.CHART_LR: coefs["lr"], M.CHART_ENTROPY_COEFF: coefs["entropy_coeff"],
