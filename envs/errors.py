@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-__all__ = ["HdppoError", "ConfigError", "EnvError", "UserCodeError", "user_code", "user_code_error", "where_raised"]
+__all__ = ["HdppoError", "ConfigError", "EnvError", "UserCodeError", "user_code", "user_code_error", "where_raised",
+           "traceback_text"]
 
 
 class HdppoError(Exception):
@@ -63,6 +64,17 @@ def where_raised(exc: BaseException) -> str | None:
     local = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
     found = [f for f in remote if user(f[0])] or [f for f in local if user(f[0])]
     return f"{found[-1][0]}, line {found[-1][1]}, in {found[-1][2]}" if found else None
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The whole traceback of ``exc`` as text: a Ray actor's error already carries the actor's (the
+    worker's stack, the part worth reading), a local one is formatted here."""
+    import traceback
+
+    text = str(exc)
+    if "Traceback (most recent call last)" in text:
+        return text
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 @contextlib.contextmanager

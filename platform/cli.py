@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         exc = _cause(exc)
         width = 100 if not sys.stderr.isatty() else min(os.get_terminal_size(2).columns, 100)
         # Paths and commands stay whole, so that they can be copied from the message.
-        print(textwrap.fill(f"hdppo {args.command}: error: {exc}", width=width, break_on_hyphens=False,
+        print(textwrap.fill(f"hdppo {args.command}: error: {exc}{_saved_stack(exc)}", width=width, break_on_hyphens=False,
                             break_long_words=False), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
@@ -533,6 +533,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hdppo {args.command}: {str(exc) or 'interrupted (Ctrl-C) before anything was kept'}",
               file=sys.stderr)
         return getattr(exc, "exit_code", 130)
+
+
+def _saved_stack(exc: HdppoError) -> str:
+    """Every worker failed: the last one's whole stack, saved to a file the paragraph names (a run
+    that fails at its start leaves no run dir to keep it in, and the console gets one paragraph)."""
+    import tempfile
+
+    stack = getattr(exc, "worker_traceback", None)
+    if not stack:
+        return ""
+    try:
+        fd, path = tempfile.mkstemp(prefix="hdppo-worker-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write(stack)
+    except OSError:
+        return ""
+    return f" The worker's whole traceback: {path}"
 
 
 def _cause(exc: HdppoError) -> HdppoError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from . import metrics as M
 from .batch import no_ids
 from .config import Config, GroupSpec
 from .devices import resolve_device
-from ..envs.errors import where_raised
+from ..envs.errors import traceback_text, where_raised
 from .errors import EnvError, HdppoError, RayStartError
 from .learner import Learner
 from .tensor_buffers import restore_tensors
@@ -111,6 +112,10 @@ class DPPOGroup:
         self.replaced = 0
         self._last_failure: BaseException | None = None   # the cause of the latest failed call
         self._last_where: str | None = None               # where in the env it was raised (where_raised)
+        self._last_traceback: str | None = None           # its whole traceback (the worker's, as Ray sends it)
+        # Every failure's whole traceback is appended here (the trainer points it into the run dir):
+        # the console shows one line per replaced worker, the file the stack to debug the env with.
+        self.failure_log: Path | None = None
         self._closed = False
         self.sync = make_sync_mode(self.dppo.sync)
         self._sample_method = "sample" if self.dppo.mode == "central" else "sample_stats_only"
@@ -157,7 +162,8 @@ class DPPOGroup:
         self.replaced += 1
         self.sync.on_worker_failure(self, i, cause)
         print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
-              f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped", flush=True)
+              f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped"
+              + (f" (traceback in {self.failure_log})" if self.failure_log is not None else ""), flush=True)
 
     def _current(self, source: Source) -> bool:
         i, gen = source
@@ -171,11 +177,23 @@ class DPPOGroup:
             raise cause
         self._last_failure = cause
         self._last_where = where_raised(error)
+        self._last_traceback = traceback_text(error)
+        self._log_failure(source, self._last_traceback)
         lost = getattr(cause, LOST_IDS, None) or getattr(error, LOST_IDS, None)
         for layer, ids in (lost or {}).items():  # the env steps of a rollout that failed: counted, never trained
             self._record_failed(layer, ids)
         if self._current(source):
             self._replace(source[0], cause)
+
+    def _log_failure(self, source: Source, text: str) -> None:
+        if self.failure_log is None:
+            return
+        try:
+            with open(self.failure_log, "a") as f:
+                f.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} group {self.name!r}, worker {source[0]} "
+                        f"(incarnation {source[1]}), after {self._updates} updates\n{text.rstrip()}\n\n")
+        except OSError:  # a full disk must not turn a replaced worker into a failed run
+            pass
 
     def _survivors(self, results: list[Any], sources: list[Source]) -> tuple[list[Any], list[Source]]:
         """Keep the results that arrived; replace each worker whose call failed. A failed rollout is
@@ -200,9 +218,11 @@ class DPPOGroup:
         where = f", raised at {self._last_where}" if self._last_where else ""
         last = (f" (the last: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}{where})"
                 if error is not None else "")
-        return EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
-                        f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; "
-                        "`hdppo check-env` steps the env alone.")
+        err = EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
+                       f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; "
+                       "`hdppo check-env` steps the env alone.")
+        err.worker_traceback = self._last_traceback  # type: ignore[attr-defined]  # the CLI prints it above the paragraph
+        return err
 
     # -- the update ----------------------------------------------------------------------------
     def iteration(self) -> dict[str, UpdateResult]:

@@ -68,7 +68,10 @@ def prepare_run_dir(run_dir: Path, resume: bool) -> bool:
 
 # What a run dir holds before its first update; a failed start may remove a run dir holding no more.
 LOCK_FILE = ".hdppo.lock"
-_BEFORE_FIRST_UPDATE = {"config.yaml", "metrics.jsonl", "tb", "checkpoints", LOCK_FILE}
+# The workers' failure tracebacks (DPPOGroup.failure_log): a run that fails at its start prints the
+# last one instead, and leaves no folder behind for it.
+FAILURE_LOG = "worker_failures.log"
+_BEFORE_FIRST_UPDATE = {"config.yaml", "metrics.jsonl", "tb", "checkpoints", LOCK_FILE, FAILURE_LOG}
 
 
 def lock_run_dir(run_dir: Path) -> Any:
@@ -248,6 +251,7 @@ class Trainer:
                 print(f"[hdppo] group {'+'.join(names)!r}: {d.num_workers} workers asked, {workers} used "
                       f"(capped at its share, {share:g}, of the {total_cpus:g} CPUs Ray reports)", flush=True)
             self.groups.append(DPPOGroup(self.cfg, names, self.backend, self.service, dims, workers, share, budget))
+            self.groups[-1].failure_log = self.run_dir / FAILURE_LOG
             auto = {n: dev for n, dev in self.groups[-1].devices.items() if self.cfg.learner_of(n).device == "auto"}
             if auto and not self.quiet:  # what 'auto' picked, said once: a CPU fallback is otherwise invisible
                 print("[hdppo] learner.device auto: " + ", ".join(f"layer {n!r} on {dev}" for n, dev in auto.items())

@@ -306,7 +306,8 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
 
 def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, capsys):
     """Every worker failing in the same iteration is an env bug, not a crashed simulator: an error
-    naming the env and the last failure, exit 2, no traceback."""
+    naming the env and the last failure, exit 2, no traceback on the console: the worker's whole
+    stack (it was lost: only its first line was shown) goes to a file the paragraph names."""
     scratch_module(scratch, "hdppo_t_broken",
         "import gymnasium as gym\n"
         "class Broken(gym.Wrapper):\n"
@@ -318,6 +319,14 @@ def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, cap
     assert code == 2 and "every worker failed in the same iteration" in err, err
     for w in ("ZeroDivisionError: the simulator divides by zero", "'hdppo_t_broken:make'", "hdppo check-env"):
         assert w in err, (w, err)
+    # The worker's whole stack (the line in the user's file with its code) is in the file the paragraph
+    # names; the failed start left no run dir for the log it wrote.
+    path = Path(err.split("The worker's whole traceback: ")[1].split()[0])
+    stack = path.read_text()
+    path.unlink()
+    assert "Traceback (most recent call last)" in stack and "hdppo_t_broken.py" in stack, stack
+    assert "raise ZeroDivisionError" in stack, stack
+    assert not (scratch / "r").exists()
     sys.modules.pop("hdppo_t_broken", None)
 
 

@@ -58,6 +58,10 @@ def test_env_that_raises_is_replaced_and_training_goes_on(tmp_path, backend, req
     env = {"entry_point": "scripted_envs:crash_once", "kwargs": {"flag": str(tmp_path / "crashed")}}
     summary, group, ids = _train(Trainer(_cfg(tmp_path, backend, env), tmp_path / "run", quiet=True))
     assert group.replaced == 1
+    # The console said one line; the run dir keeps the worker's whole stack, down to the env's raise.
+    log = (tmp_path / "run" / "worker_failures.log").read_text()
+    assert log.count("=== ") == 1 and "worker " in log and "Traceback (most recent call last)" in log, log
+    assert "scripted_envs.py" in log and "RuntimeError" in log, log
     rows = M.read_jsonl(tmp_path / "run" / "metrics.jsonl")
     steps = [r["step"] for r in rows if r["tag"] == M.PERF_ENV_STEPS_PER_S]
     # Each update counts only the rollouts that arrived: one update has half a batch.
