@@ -100,8 +100,9 @@ def _check_batched(e: Any, steps: int) -> str:
         rng = np.random.default_rng(0)
         episodes = 0
         for t in range(steps):
+            before = np.array(now.alive, bool)  # copied: the env may write its next result into the same buffers
             res = venv.step(_batch_actions(venv, now.masks if m else None, rng))
-            check_contract(venv, name, f"step() #{t + 1}", res)
+            check_contract(venv, name, f"step() #{t + 1}", res, before)
             check_episodes(name, f"step() #{t + 1}", res)
             episodes += len(res.episodes)
             now = res
@@ -111,7 +112,7 @@ def _check_batched(e: Any, steps: int) -> str:
                  f"  observation_space: {venv.observation_space(agent)} ({agent}; flattened to {d})",
                  f"  action_space:      {venv.action_space(agent)} ({agent})" + (f", action masks of {m}" if m else ""),
                  f"  contract:          reset and {steps} random steps, every array of hdppo.envs.vector's contract "
-                 f"checked (shapes, dtypes, finite values); {episodes} episodes ended"]
+                 f"checked (shapes, dtypes, finite values, the declared spaces, acting slots alive with a legal action, episode ends closing every agent); {episodes} episodes ended"]
         return "\n".join(lines)
     finally:
         venv.close()

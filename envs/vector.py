@@ -22,8 +22,11 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 ``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did, and
 ``episodes`` lists ``(return, length, copy)`` for each of them (training charts the returns and
 the evaluation counts episodes from it). Seed copy ``i`` with ``seed + i`` (the evaluation
-assumes it). Training checks every array against this contract for the first steps, as ``hdppo
-check-env`` does, and ``episodes`` on every step. The
+assumes it). An acting slot is alive and has a legal action; where a copy's episode ends, each
+agent alive before the step is ``terminated`` or ``truncated`` (a time limit: truncated, so that
+hdppo bootstraps); an agent already gone gets no reward (it has no open transition). Training
+checks every array against this contract for the first steps, as ``hdppo check-env`` does
+(observations against the declared spaces too), and ``episodes`` on every step. The
 arrays of a ``VecObs``/``VecStep`` need to stay valid only until the next ``step`` or ``reset``:
 the sampler copies what it keeps, so an env may write every step into the same buffers
 (``magent_vector`` does). Point
@@ -386,8 +389,11 @@ class _Checker:
         self.name = name
         self.steps = 0
 
-    def finite(self, obs: np.ndarray, what: str, copy: int) -> None:
+    def finite(self, obs: np.ndarray, what: str, copy: int | None) -> None:
+        """``copy`` None: ``obs`` holds every copy's row, the first with a bad value is named."""
         if not np.isfinite(obs).all():
+            if copy is None:
+                copy = int(np.argwhere(~np.isfinite(obs))[0][0])
             raise EnvError(f"env {self.name!r} returned a non-finite observation (NaN or inf) from {what} "
                            f"(copy {copy}, step {self.steps}). Fix the env (guard divisions, reset on blow-up) "
                            "before training.")
@@ -901,10 +907,11 @@ class GymnasiumVector(VectorMultiAgentEnv):
         mode = venv.metadata.get("autoreset_mode")
         same = getattr(gym.vector.AutoresetMode, "SAME_STEP", None)
         if mode not in (same, getattr(same, "value", None)):
-            raise EnvError(f"env {name!r}: a Gymnasium VectorEnv must reset in the same step: make it with "
-                           "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP} "
-                           f"(its autoreset_mode is {mode}). With NEXT_STEP every episode end adds a step that "
-                           "must not be learned from.")
+            raise EnvError(f"env {name!r}: a Gymnasium VectorEnv must reset in the same step (its autoreset_mode "
+                           f"is {mode}): with NEXT_STEP every episode end adds a step that must not be learned from. "
+                           "Build it with autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP (SyncVectorEnv(fns, "
+                           "autoreset_mode=...), AsyncVectorEnv likewise; through gymnasium.make_vec, "
+                           "vector_kwargs={'autoreset_mode': ...}); an env.id is made that way already.")
         self.venv, self.name = venv, name
         self.episode_metrics = declared_episode_metrics(venv)  # (its infos are not per episode: none logged)
         self.num_envs = int(venv.num_envs)
@@ -931,7 +938,7 @@ class GymnasiumVector(VectorMultiAgentEnv):
         else:
             out = np.stack([gym.spaces.flatten(self._space, o) for o in gym.vector.utils.iterate(
                 self.venv.observation_space, obs)]).astype(np.float32).reshape(self.num_envs, 1, -1)
-        self._check.finite(out, "the vector env", -1)
+        self._check.finite(out, "the vector env", None)
         return out
 
     def reset(self, seed: int | None = None) -> VecObs:
@@ -982,26 +989,93 @@ def check_array(name: str, where: str, got: Any, shape: tuple, kind: str) -> Non
         raise EnvError(f"env {name!r}: {where} holds NaN or inf.")
 
 
-def check_contract(venv: VectorMultiAgentEnv, name: str, where: str, out: VecObs | VecStep) -> None:
-    """Every array of a batched env's ``reset``/``step`` result against the contract above."""
+def check_contract(venv: VectorMultiAgentEnv, name: str, where: str, out: VecObs | VecStep,
+                   alive_before: np.ndarray | None = None) -> None:
+    """Every array of a batched env's ``reset``/``step`` result against the contract above, and
+    what the arrays say against each other: acting slots alive with a legal action, observations
+    inside the declared spaces, and (given ``alive_before``, the ``alive`` of the step's input) a
+    copy's end closing every agent it had, no reward for an agent that was already gone."""
     n, a, d = int(venv.num_envs), len(venv.agents), int(venv.obs_dim)
     m = int(getattr(venv, "mask_dim", 0) or 0)
     check_array(name, f"{where} obs", out.obs, (n, a, d), "finite")
     check_array(name, f"{where} alive", out.alive, (n, a), "bool")
-    if isinstance(out, VecStep):
+    step = isinstance(out, VecStep)
+    if step:
         check_array(name, f"{where} rewards", out.rewards, (n, a), "finite")
         for f in ("acting", "terminated", "truncated"):
             check_array(name, f"{where} {f}", getattr(out, f), (n, a), "bool")
         check_array(name, f"{where} episode_end", out.episode_end, (n,), "bool")
         if np.asarray(out.episode_end).any() or np.asarray(out.terminated).any() or np.asarray(out.truncated).any():
             check_array(name, f"{where} final_obs", out.final_obs, (n, a, d), "finite")
+    alive = np.asarray(out.alive)
+    acting = np.asarray(out.acting) if out.acting is not None else alive
+    if not step:
+        check_array(name, f"{where} acting", acting, (n, a), "bool")
+    _check_pair(name, where, venv.agents, acting & ~alive,
+                "is acting but not alive (acting means alive and deciding this step)")
     if m:
         check_array(name, f"{where} masks", out.masks, (n, a, m), "finite")
+        _check_pair(name, where, venv.agents, acting & ~(np.asarray(out.masks) > 0).any(-1),
+                    "is acting but its mask allows no action, so a policy can only pick an illegal one: leave "
+                    "a legal action (a no-op), or set acting False while it cannot act")
+    _check_observed_spaces(venv, name, where, np.asarray(out.obs), alive)
+    if step and alive_before is not None:
+        end = np.asarray(out.episode_end)[:, None]
+        closed = np.asarray(out.terminated) | np.asarray(out.truncated)
+        _check_pair(name, where, venv.agents, alive_before & end & ~closed,
+                    "was alive when its copy's episode ended, but is neither terminated nor truncated: set "
+                    "truncated where a time limit cut the episode (hdppo bootstraps from it), terminated where "
+                    "the agent's task ended; with neither it is learned as a terminal state")
+        gone = ~alive_before & (np.asarray(out.rewards) != 0)
+        _check_pair(name, where, venv.agents, gone,
+                    "was not alive before the step but is given a reward: it has no open transition, so the "
+                    "reward would be dropped. Pay it on the step the agent ends (its last transition)")
     if getattr(venv, "want_state", False):
         s = int(venv.state_dim or 0)
         check_array(name, f"{where} state (state_dim {s}: an upper layer reads it)", out.state, (n, s), "finite")
-        if isinstance(out, VecStep) and np.asarray(out.episode_end).any():
+        if step and np.asarray(out.episode_end).any():
             check_array(name, f"{where} final_state", out.final_state, (n, s), "finite")
+
+
+def _check_pair(name: str, where: str, agents: Sequence[str], bad: np.ndarray, what: str) -> None:
+    """An :class:`EnvError` naming the first (copy, slot) where ``bad`` holds."""
+    if bad.any():
+        c, k = (int(v) for v in np.argwhere(bad)[0])
+        raise EnvError(f"env {name!r}: {where}: slot {k} ({agents[k]!r}) of copy {c} {what} "
+                       f"({int(bad.sum())} such entries in this result; see hdppo.envs.vector).")
+
+
+def _check_observed_spaces(venv: VectorMultiAgentEnv, name: str, where: str, obs: np.ndarray,
+                           alive: np.ndarray) -> None:
+    """Each agent's declared observation space: no wider than ``obs_dim``, and for a Box its
+    bounds holding the alive slots' observations (the rest of the row is padding)."""
+    for k, agent in enumerate(venv.agents):
+        space = venv.observation_space(agent)
+        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+            space = policy_space(space)  # the masks travel apart, in VecObs.masks
+            if space is None:
+                continue
+        try:
+            width = int(gym.spaces.flatdim(space))
+        except (ValueError, NotImplementedError, TypeError):
+            continue  # a space with no flat form (Graph, Sequence): the env flattens it itself
+        if width > obs.shape[-1]:
+            raise EnvError(f"env {name!r}: agent {agent!r} declares an observation space of {width} values "
+                           f"({space}) but obs_dim is {obs.shape[-1]}. Set obs_dim to the widest agent's flat size.")
+        if not isinstance(space, gym.spaces.Box) or not alive[:, k].any():
+            continue
+        low, high = np.asarray(space.low, np.float64).reshape(-1), np.asarray(space.high, np.float64).reshape(-1)
+        if np.isinf(low).all() and np.isinf(high).all():
+            continue
+        x = obs[alive[:, k], k, :width].astype(np.float64)
+        tol = 1e-5 * (1.0 + np.abs(x))  # the float32 cast of a value on the bound
+        out = (x < low - tol) | (x > high + tol)
+        if out.any():
+            row, j = (int(v) for v in np.argwhere(out)[0])
+            c = int(np.flatnonzero(alive[:, k])[row])
+            raise EnvError(f"env {name!r}: {where}: agent {agent!r} of copy {c}: observation value {j} is "
+                           f"{x[row, j]:g}, outside its observation_space's bounds [{low[j]:g}, {high[j]:g}]. "
+                           "Return observations inside the declared space, or declare the bounds it really has.")
 
 
 def check_episodes(name: str, where: str, res: VecStep) -> None:
@@ -1022,17 +1096,20 @@ def contract_checked(venv: VectorMultiAgentEnv, name: str) -> VectorMultiAgentEn
     wrapped, so that every attribute the sampler reads or sets stays the env's own."""
     reset, step = venv.reset, venv.step
     steps = [0]
+    alive: list[np.ndarray | None] = [None]   # the last result's alive (copied: an env may reuse its buffers)
 
     def checked_reset(seed: int | None = None) -> VecObs:
         out = reset(seed=seed)
         check_contract(venv, name, "reset()", out)
+        alive[0] = np.array(out.alive, bool)
         return out
 
     def checked_step(actions: np.ndarray) -> VecStep:
         res = step(actions)
         steps[0] += 1
         if steps[0] <= SPACE_CHECK_STEPS:
-            check_contract(venv, name, f"step() #{steps[0]}", res)
+            check_contract(venv, name, f"step() #{steps[0]}", res, alive[0])
+            alive[0] = np.array(res.alive, bool) if steps[0] < SPACE_CHECK_STEPS else None
         check_episodes(name, f"step() #{steps[0]}", res)
         return res
 

@@ -363,6 +363,44 @@ def batched_countdown_no_episodes(num_envs: int, seed=None, **kwargs):
     return _NoEpisodes(num_envs, seed, **kwargs)
 
 
+class _Broken(BatchedCountdown):
+    """BatchedCountdown breaking one rule of the contract that the arrays' shapes do not show
+    (``how``); each passed its shape checks and trained on something else than the env meant."""
+
+    def __init__(self, num_envs, seed=None, how="", **kwargs):
+        super().__init__(num_envs, seed, **kwargs)
+        self.how = how
+        if how == "all_masked":
+            self.mask_dim = 2
+
+    def _fix(self, out):
+        n = self.num_envs
+        if self.how == "out_of_bounds":      # declared Box(0, 10): 10 t
+            out.obs = out.obs * 100.0
+        if self.how == "acting_dead":        # acting, but not alive
+            out.alive = np.zeros((n, 1), bool)
+        if self.how == "all_masked":         # asked to act with no legal action
+            out.masks = np.zeros((n, 1, 2), np.float32)
+        return out
+
+    def reset(self, seed=None):
+        return self._fix(super().reset(seed))
+
+    def step(self, actions):
+        res = super().step(actions)
+        if self.how == "end_unflagged":     # a time limit that says neither terminated nor truncated
+            res.terminated = np.zeros_like(res.terminated)
+        if self.how == "dead_paid":          # gone after step 3, still paid
+            res.alive = (self.t < 3)[:, None] | res.episode_end[:, None]
+            res.acting = res.alive.copy()
+            res.terminated = res.terminated | (self.t == 3)[:, None]
+        return self._fix(res)
+
+
+def batched_countdown_broken(num_envs: int, seed=None, how: str = "", **kwargs):
+    return _Broken(num_envs, seed, how, **kwargs)
+
+
 class ScoredCountdown(CountdownEnv):
     """A countdown that reports, on its last step, ``score`` = the episode's length and
     ``reached`` = 1 when the agent pressed action 1 on that step; declares them as episode metrics."""

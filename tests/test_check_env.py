@@ -143,18 +143,31 @@ def test_a_built_in_env_refusing_a_value_points_at_env_kwargs():
 
 @pytest.mark.parametrize("entry,match", [
     ("scripted_envs:batched_countdown_flat_rewards", r"step\(\) #1 rewards has shape \(2,\), expected \(2, 1\)"),
-    ("scripted_envs:batched_countdown_no_episodes", r"set episode_end for copies \[0, 1\] but VecStep.episodes lists 0")])
+    ("scripted_envs:batched_countdown_no_episodes", r"set episode_end for copies \[0, 1\] but VecStep.episodes lists 0"),
+    # What the shapes do not show: each of these trained on without a word.
+    ("end_unflagged", r"step\(\) #7: slot 0 \('agent_0'\) of copy 0 was alive when its copy's episode ended, but is "
+                      r"neither terminated nor truncated"),
+    ("out_of_bounds", r"step\(\) #2: agent 'agent_0' of copy 0: observation value 0 is 20, outside its "
+                      r"observation_space's bounds \[0, 10\]"),  # 10 t: step 1's 10 is on the bound
+    ("acting_dead", r"reset\(\): slot 0 \('agent_0'\) of copy 0 is acting but not alive"),
+    ("all_masked", r"reset\(\): slot 0 \('agent_0'\) of copy 0 is acting but its mask allows no action"),
+    ("dead_paid", r"step\(\) #4: slot 0 \('agent_0'\) of copy 0 was not alive before the step but is given a reward")])
 def test_training_checks_a_batched_envs_arrays_as_check_env_does(entry, match, tmp_path, capsys):
     """`type: vector` envs were unchecked in training: rewards [N] failed every worker with a numpy
     broadcast error, and an env that never filled VecStep.episodes made the final evaluation wait
-    an hour for episodes that never came."""
+    an hour for episodes that never came. A copy ending with no agent flagged trained the time
+    limit as a terminal state, observations outside the declared bounds, acting dead slots or
+    all-masked ones trained on, and rewards to agents already gone were dropped."""
     from hdppo.platform.cli import main
     from hdppo.platform.config import EnvConfig
 
+    kwargs = {}
+    if ":" not in entry:
+        entry, kwargs = "scripted_envs:batched_countdown_broken", {"how": entry}
     with pytest.raises(EnvError, match=match):
-        check_target(EnvConfig(type="vector", entry_point=entry))
+        check_target(EnvConfig(type="vector", entry_point=entry, kwargs=kwargs))
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(tiny_config(env={"type": "vector", "entry_point": entry})))
+    path.write_text(yaml.safe_dump(tiny_config(env={"type": "vector", "entry_point": entry, "kwargs": kwargs})))
     assert main(["train", str(path), "--set", "ray.backend=local", "--run-dir", str(tmp_path / "r")]) == 2
     assert re.search(match, " ".join(capsys.readouterr().err.split()))
 

@@ -149,9 +149,30 @@ def test_gymnasium_vector_env_steps_all_copies_at_once():
 
 
 def test_gymnasium_vector_env_that_resets_next_step_is_refused():
+    """The advice fits a VectorEnv built by hand (a factory's SyncVectorEnv), not only make_vec's."""
     vec = gym.vector.SyncVectorEnv([lambda: CountdownEnv()])
-    with pytest.raises(EnvError, match="SAME_STEP"):
+    with pytest.raises(EnvError, match=r"SyncVectorEnv\(fns, autoreset_mode=\.\.\.\).*vector_kwargs"):
         GymnasiumVector(vec, "countdown")
+
+
+def test_a_gymnasium_vector_envs_nan_names_its_copy():
+    """It was reported as copy -1."""
+    class NanAt2(CountdownEnv):
+        def step(self, action):
+            obs, r, te, tr, info = super().step(action)
+            return (obs * np.nan if self.nan else obs), r, te, tr, info
+
+    def make(nan):
+        env = NanAt2()
+        env.nan = nan
+        return env
+
+    vec = gym.vector.SyncVectorEnv([lambda: make(False), lambda: make(True)],
+                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    venv = GymnasiumVector(vec, "countdown")
+    venv.reset(seed=0)
+    with pytest.raises(EnvError, match=r"non-finite observation .*\(copy 1, step"):
+        venv.step(zeros(venv))
 
 
 def test_make_vec_by_id_and_training_on_a_natively_vectorised_env():
