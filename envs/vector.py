@@ -1045,10 +1045,14 @@ def _check_pair(name: str, where: str, agents: Sequence[str], bad: np.ndarray, w
                        f"({int(bad.sum())} such entries in this result; see hdppo.envs.vector).")
 
 
-def _check_observed_spaces(venv: VectorMultiAgentEnv, name: str, where: str, obs: np.ndarray,
-                           alive: np.ndarray) -> None:
-    """Each agent's declared observation space: no wider than ``obs_dim``, and for a Box its
-    bounds holding the alive slots' observations (the rest of the row is padding)."""
+def _observed_bounds(venv: VectorMultiAgentEnv, name: str, width_of: int) -> list[tuple[int, str, int, np.ndarray, np.ndarray]]:
+    """(slot, agent, flat width, low, high) of each agent whose declared observation space is a
+    Box with a finite bound; an :class:`EnvError` where a space is wider than ``obs_dim``. Read
+    once per env (the spaces are fixed; battle has 162 agents)."""
+    cached = getattr(venv, "_hdppo_obs_bounds", None)
+    if cached is not None:
+        return cached
+    bounds = []
     for k, agent in enumerate(venv.agents):
         space = venv.observation_space(agent)
         if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
@@ -1059,13 +1063,27 @@ def _check_observed_spaces(venv: VectorMultiAgentEnv, name: str, where: str, obs
             width = int(gym.spaces.flatdim(space))
         except (ValueError, NotImplementedError, TypeError):
             continue  # a space with no flat form (Graph, Sequence): the env flattens it itself
-        if width > obs.shape[-1]:
+        if width > width_of:
             raise EnvError(f"env {name!r}: agent {agent!r} declares an observation space of {width} values "
-                           f"({space}) but obs_dim is {obs.shape[-1]}. Set obs_dim to the widest agent's flat size.")
-        if not isinstance(space, gym.spaces.Box) or not alive[:, k].any():
+                           f"({space}) but obs_dim is {width_of}. Set obs_dim to the widest agent's flat size.")
+        if not isinstance(space, gym.spaces.Box):
             continue
         low, high = np.asarray(space.low, np.float64).reshape(-1), np.asarray(space.high, np.float64).reshape(-1)
-        if np.isinf(low).all() and np.isinf(high).all():
+        if not (np.isinf(low).all() and np.isinf(high).all()):
+            bounds.append((k, agent, width, low, high))
+    try:
+        venv._hdppo_obs_bounds = bounds  # type: ignore[attr-defined]
+    except AttributeError:  # a class with __slots__: read again next time
+        pass
+    return bounds
+
+
+def _check_observed_spaces(venv: VectorMultiAgentEnv, name: str, where: str, obs: np.ndarray,
+                           alive: np.ndarray) -> None:
+    """Each agent's declared observation space: no wider than ``obs_dim``, and for a Box its
+    bounds holding the alive slots' observations (the rest of the row is padding)."""
+    for k, agent, width, low, high in _observed_bounds(venv, name, obs.shape[-1]):
+        if not alive[:, k].any():
             continue
         x = obs[alive[:, k], k, :width].astype(np.float64)
         tol = 1e-5 * (1.0 + np.abs(x))  # the float32 cast of a value on the bound
