@@ -120,7 +120,10 @@ class _Plan:
         self.members = members
         self.parent: int | None = None
         self.parent_of: np.ndarray | None = None
-        if spec.command_in:
+        # The command from above: in the policy's input where the layer observes it, and given to
+        # a command-following reward either way (a layer may be paid for a command it does not see).
+        self.sees_command = bool(spec.command_in)
+        if spec.index > 0 and (spec.command_in or spec.cfg.reward.intrinsic_fn):
             upper = specs[spec.index - 1]
             up_members = [set(range(A)) if upper.members[lane] is None else {slot[a] for a in upper.members[lane]}
                           for lane in upper.lanes]  # type: ignore[union-attr]
@@ -447,7 +450,7 @@ class Sampler:
                 raw: Callable[[int], dict] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """(policy input ``[N, L, D]``, critic input ``[N, L, C]`` or None)."""
         parts = [self._env_part(p, obs, state, due, raw)]
-        cmd = self._command_in(p)
+        cmd = self._command_in(p) if p.sees_command else None
         if cmd is not None:
             parts.append(cmd)
         if p.ids is not None:

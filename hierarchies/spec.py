@@ -122,7 +122,7 @@ def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[L
     for upper, lower in zip(specs[:-1], specs[1:-1]):
         for lane, members in lower.members.items():
             parent_lane(upper, members)
-    if len(specs) > 1 and bottom.cfg.observation.command:
+    if len(specs) > 1 and (bottom.cfg.observation.command or bottom.cfg.reward.intrinsic_fn):  # a commander each
         for agent in (list(bottom.members) or known):
             parent_lane(specs[-2], [agent])
     for spec in specs:

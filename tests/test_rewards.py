@@ -107,7 +107,7 @@ def test_a_named_reward_that_reads_info_keys_the_env_lacks_stops_the_run_naming_
     assert ("layers[1] (control).reward.intrinsic_fn 'ant_velocity_tracking' reads the info keys x_velocity, "
             "y_velocity, which this env's agent info does not have (it has: moved)") in err
     assert "hdppo.envs.builtin.ant_navigate" in err and not (tmp_path / "r").exists()
-    assert resolve("corridor_follow").info_keys == () and resolve("hexapod_velocity_tracking").info_keys
+    assert resolve("corridor_follow").info_keys == ("moved",) and resolve("hexapod_velocity_tracking").info_keys
 
 
 def test_info_keys_are_checked_against_dicts_or_columns_and_wait_for_a_first_info():
@@ -118,3 +118,20 @@ def test_info_keys_are_checked_against_dicts_or_columns_and_wait_for_a_first_inf
     assert missing_info_keys(fn, [{}, {"x": 1, "z": 0}]) == ["y"]
     assert missing_info_keys(fn, [{"x": 1}], columns={"y": np.zeros(2)}) == []
     assert missing_info_keys(RewardFn(scalar_reward), [{}]) == []  # a reward that declares no keys is not checked
+
+
+def test_a_layer_paid_for_a_command_it_does_not_observe_is_given_that_command(tmp_path, capsys, monkeypatch):
+    """observation.command: false with a command-following reward is allowed (the layer is paid for
+    following an order it does not see), but the reward was handed an empty command: corridor_follow
+    stopped the run with "argmax of an empty sequence", and a module:function reward of one's own
+    trained on a command that never came."""
+    from hdppo.platform import metrics as M
+    from hdppo.platform.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+                 "--set", "train.total_env_steps=1024", "--set", "train.eval_episodes=0", "--run-dir", "r",
+                 "--set", "layers.control.observation.command=false"]) == 0, capsys.readouterr().err
+    paid = [r["value"] for r in M.read_jsonl(tmp_path / "r" / "metrics.jsonl")
+            if r["layer"] == "control" and r["tag"] == M.CHART_REWARD_INTRINSIC]
+    assert paid and 0.0 < max(paid) <= 1.0, paid   # steps the commanded way (a random walker makes some)

@@ -126,7 +126,7 @@ def parallel_env(**kwargs) -> CorridorEnv:
     return CorridorEnv(**kwargs)
 
 
-@register_reward("corridor_follow", vectorized=True, layer="bottom", commands=2)
+@register_reward("corridor_follow", vectorized=True, layer="bottom", commands=2, info_keys=("moved",))
 def follow_command(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """1 for a step in the commanded direction (one-hot command: [left, right]), else 0.
 

@@ -190,7 +190,7 @@ def parallel_env(**kwargs) -> RoomsEnv:
     return RoomsEnv(**kwargs)
 
 
-@register_reward("rooms_follow_direction", vectorized=True, layer="bottom", commands=4)
+@register_reward("rooms_follow_direction", vectorized=True, layer="bottom", commands=4, info_keys=("world_move",))
 def follow_direction(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """1 where the agent tried to move in the commanded world direction (one-hot N/E/S/W), else 0.
 
@@ -203,7 +203,7 @@ def follow_direction(command: np.ndarray, info: dict | list[dict], **_) -> float
     return (moved == np.argmax(command, axis=1)).astype(np.float32)
 
 
-@register_reward("rooms_reach_room", vectorized=True, layer="upper")
+@register_reward("rooms_reach_room", vectorized=True, layer="upper", info_keys=("progress",))
 def reach_room(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """Progress toward the commanded room (one-hot of R), summed over the lane's agents: each
     agent's shortest-path distance to that room before the step minus after (agents that are

@@ -64,7 +64,8 @@ def read_order(command: np.ndarray, n_squads: int, unit_type: Callable[[], np.nd
     return target, posture, formation
 
 
-@register_reward("skirmish_follow_order", vectorized=True)
+@register_reward("skirmish_follow_order", vectorized=True,
+                 info_keys=("dealt_to", "approach", "moved", "retreat", "cohesion", "spacing"))
 def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """Control layer: how well a unit carried out its squad's order this step.
 
@@ -98,7 +99,8 @@ def follow_order(command: np.ndarray, info: dict | list[dict], **_) -> float | n
     return (DAMAGE_WEIGHT * dealt + MOVE_WEIGHT * move - FORMATION_WEIGHT * off).astype(np.float32)
 
 
-@register_reward("skirmish_squad_objective", vectorized=True)
+@register_reward("skirmish_squad_objective", vectorized=True,
+                 info_keys=("dealt", "dealt_to", "approach", "taken", "depth"))
 def squad_objective(command: np.ndarray, info: dict | list[dict], **_) -> float | np.ndarray:
     """Squad layer: how well a squad pursued the strategy's objective for it this step.
 
