@@ -29,10 +29,22 @@ BEST = "best.pt"
 BEST_INFO = "best.json"
 
 
+def _umask() -> int:
+    mask = os.umask(0)   # reading it means setting it: done once, at import, before any thread writes
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def _write_atomically(final: Path, write: Callable[[Any], None]) -> None:
     """``write(file)`` into a temporary file beside ``final``, flushed, then renamed onto it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}_", suffix=".tmp", dir=final.parent)
     try:
+        # mkstemp makes the file 0600; a checkpoint is read by whoever reads the run's other files
+        # (a teammate, an eval or export service under another uid): the mode open() would give.
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

@@ -136,6 +136,9 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
     # The statistics as a worker normalises with them (ObservationNormalizer: float32 mean, std(eps=1e-8)).
     mean, std = stats.mean.astype(np.float32), stats.std().astype(np.float32)
     model = DeterministicPolicy(policy, mean, std, n.clip, n.observation).eval()
+    # An inference model: no autograd on each call of a control loop, and outputs that .numpy()
+    # takes as they are (a Box policy's mean required grad).
+    model.requires_grad_(False)
     masked = spec.bottom and spec.mask_dim > 0
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,23 @@ def test_atomic_save_leaves_no_temporary_and_keeps_the_last_three(tmp_path):
     assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.suffix == ".tmp"]
 
 
+def test_checkpoints_are_as_readable_as_the_runs_other_files(tmp_path):
+    """They were 0600 (mkstemp's mode): a teammate or an eval service under another uid could read
+    config.yaml and metrics.jsonl but not the checkpoints."""
+    import os
+
+    from hdppo.platform.checkpoint import save_best
+
+    other = tmp_path / "config.yaml"
+    other.write_text("x")
+    save_checkpoint(tmp_path, 1, {"w": torch.ones(2)})
+    save_best(tmp_path, {"w": torch.ones(2)}, {"score": 1.0})
+    want = other.stat().st_mode & 0o777
+    assert want & 0o044, oct(want)  # the test runs under a umask that lets others read
+    for p in (tmp_path / "checkpoints").iterdir():
+        assert p.stat().st_mode & 0o777 == want, (p.name, oct(p.stat().st_mode))
+
+
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path):
     save_checkpoint(tmp_path, 1, {"w": torch.zeros(1)})
 

@@ -144,8 +144,8 @@ def test_exported_policies_act_as_the_trained_one(runs, case, tmp_path):
 
         layout = _export(run_dir, layer, "torchscript", tmp_path / f"{layer}.pt")
         scripted = torch.jit.load(str(tmp_path / f"{layer}.pt"))
-        with torch.no_grad():
-            _same(scripted(*[torch.from_numpy(v) for v in inputs.values()]).numpy(), want, box)
+        # As the README's snippet calls it, outside torch.no_grad(): a Box policy's action needed .detach().
+        _same(scripted(*[torch.from_numpy(v) for v in inputs.values()]).numpy(), want, box)
 
         assert _export(run_dir, layer, "onnx", tmp_path / f"{layer}.onnx")["inputs"] == layout["inputs"]
         session = ort.InferenceSession(str(tmp_path / f"{layer}.onnx"))
@@ -170,7 +170,7 @@ def test_exported_policies_act_as_the_trained_one(runs, case, tmp_path):
             a, _, _ = policy.act(torch.from_numpy(norm(wild)), deterministic=True)
             far = policy.head.to_env_array(a)
             _same(session.run(["action"], {"obs": wild})[0], far, box)
-            _same(scripted(torch.from_numpy(wild)).detach().numpy(), far, box)
+            _same(scripted(torch.from_numpy(wild)).numpy(), far, box)
             assert layout["outputs"][0]["space"] == {"type": "Box", "shape": [1], "low": [-2.0], "high": [2.0]}
 
 
