@@ -558,8 +558,10 @@ class Trainer:
             return self._train()
         except BaseException as exc:
             self._cleanup_failed_start()
-            if isinstance(exc, HdppoError) and self.run_dir.is_dir():
+            if isinstance(exc, HdppoError) and self.phase != "setup" and self.run_dir.is_dir():
                 # A run that fails after a checkpoint keeps it: the CLI says so, with the resume command.
+                # (Not a run refused at its start, a config or a resume mismatch: the command that
+                # would continue it is the one that just failed.)
                 kept = latest_checkpoint(self.run_dir)
                 if kept is not None:
                     exc.kept_checkpoint = kept  # type: ignore[attr-defined]

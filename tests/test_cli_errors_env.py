@@ -477,6 +477,14 @@ def test_an_env_that_breaks_mid_run_names_its_line_and_keeps_the_run_to_resume(s
     assert "scripted_envs.py, line " in err and ", in step)" in err, err
     assert "The run dir r is kept with its last checkpoint (ckpt_" in err and "--run-dir r --resume" in err, err
     assert list((scratch / "r" / "checkpoints").glob("ckpt_*.pt"))
+    if backend == "local":
+        # A resume refused at its start (another network than the checkpoint's) says why, and not
+        # "once that is fixed, continue it with:" the command that was just refused.
+        code = main(["train", CARTPOLE, *TINY, *SMALL, "--set", "env.id=null", "--set", "ray.backend=local",
+                     "--set", "train.total_env_steps=5000", "--set", "env.entry_point=scripted_envs:breaks_later",
+                     "--set", "layers.0.policy.hidden=[8]", "--run-dir", "r", "--resume"])
+        err = " ".join(capsys.readouterr().err.split())
+        assert code == 2 and "trained with another config" in err and "continue it with" not in err, err
     if backend == "ray":  # the Ray it found running (the test session's: a notebook's) is left running
         import ray
 
