@@ -132,6 +132,9 @@ def known_metrics() -> set[str]:
 def check_metric(metric: str) -> None:
     if metric in known_metrics() or any(re.fullmatch(rf"{re.escape(t)}/(\d+(_\d+)?|max)", metric) for t in M.SUFFIXED_TAGS):
         return
+    # An env's own episode metrics (env.episode_metrics: a win rate, a makespan), named by its info keys.
+    if any(re.fullmatch(rf"{re.escape(t)}/\w+", metric) for t in (M.EPISODE_INFO, M.EVAL_EPISODE_INFO)):
+        return
     close = difflib.get_close_matches(metric, sorted(known_metrics()), n=1, cutoff=0.5)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     raise ConfigError(f"--metric {metric!r} is not a metric hdppo logs.{hint} Use a TensorBoard tag such as "
@@ -184,7 +187,23 @@ def plan_trials(config: str | Path, grid_specs: list[str], samples: int = 1,
             trials.append({"name": trial_name(len(trials), width, params, s if samples > 1 else None),
                            "params": params, "sample": s, "seed": seeded["train"]["seed"],
                            "config": validate(seeded, source=str(config)).model_dump(mode="json")})
+    _refuse_twins(trials)
     return base, trials
+
+
+def _refuse_twins(trials: list[dict[str, Any]]) -> None:
+    """Two trials with one config would train the same run twice and count as two samples (a grid
+    over train.seed with --samples: point seed 0, sample 1 is point seed 1, sample 0)."""
+    import json
+
+    seen: dict[str, str] = {}
+    for t in trials:
+        key = json.dumps(t["config"], sort_keys=True)
+        if key in seen:
+            raise ConfigError(f"--grid/--samples: trials {seen[key]} and {t['name']} would train the same config "
+                              f"(train.seed {t['seed']}): each sample adds its index to its point's train.seed. With "
+                              "train.seed in --grid, space its values at least --samples apart, or drop --samples.")
+        seen[key] = t["name"]
 
 
 # ----------------------------------------------------------------------------- resources

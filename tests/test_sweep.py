@@ -61,6 +61,8 @@ def test_plan_validates_each_point_and_seeds_each_sample(tmp_path):
     (["layers.0.ppo.lr=1e-4", "layers.0.ppo.lr=3e-4"], 1, "given twice"),
     (["ray.num_cpus=1,2"], 1, "shared by every trial"),
     (["layers.0.ppo.lr=1e-4"], 0, "--samples 0"),
+    # point seed 0's second sample is point seed 1's first: one run trained twice, counted as two
+    (["train.seed=0,1"], 2, r"trials 01_seed=0_s1 and 02_seed=1_s0 would train the same config \(train.seed 1\)"),
 ])
 def test_bad_grids_are_refused_before_anything_runs(tmp_path, grid, samples, match):
     with pytest.raises(ConfigError, match=match):
@@ -75,7 +77,11 @@ def test_metric_and_layer_checks(tmp_path):
     check_metric(f"{M.DIAG_OBS_DIVERGENCE}/max")
     check_metric(f"{M.PERF_WORKER_SAMPLES}/3")
     check_metric(M.DIAG_GRAD_COSINE)
-    for bad in (M.IMG_STATE_COVERAGE, M.DIAG_OBS_DIVERGENCE, "charts/commands/x", "charts/commands/1_"):
+    # An env's episode metrics (env.episode_metrics), as train.best_by takes them: they were refused.
+    check_metric(f"{M.EPISODE_INFO}/win")
+    check_metric(f"{M.EVAL_EPISODE_INFO}/makespan_over_lb")
+    for bad in (M.IMG_STATE_COVERAGE, M.DIAG_OBS_DIVERGENCE, "charts/commands/x", "charts/commands/1_", "episode/",
+                "episode/a/b"):
         with pytest.raises(ConfigError):
             check_metric(bad)
     with pytest.raises(ConfigError, match="Did you mean 'charts/episodic_return'"):
