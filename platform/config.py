@@ -892,7 +892,33 @@ class Config(_Strict):
                                          else f"groups: layer {name!r} is in groups {placed[name]} and {g}; one group each")
                     placed[name] = g
                 self._agree(g, members)
+        self._check_gates()
         return self
+
+    def _check_gates(self) -> None:
+        """A ``start_after`` gate that could never open, or gates nothing, is refused here: it
+        was accepted, and the run ended with the layer untrained and a wrong diagnosis."""
+        group_of = {n: k for k, g in enumerate(self.layer_groups()) for n in g}
+        for i, layer in enumerate(self.layers):
+            start = layer.schedule.start_after
+            field = f"layers[{i}] ({layer.name}).schedule"
+            if layer.schedule.mode == "scripted" and layer.schedule.checkpoint:
+                raise ValueError(f"{field}.checkpoint: a scripted layer acts by its teacher.policy, so weights loaded "
+                                 "into it are never used. Drop checkpoint, or use mode frozen to act with them.")
+            if start is None:
+                continue
+            if not layer.learns:
+                raise ValueError(f"{field}.start_after: layer {layer.name!r} is {layer.schedule.mode} (it never trains), "
+                                 "so there is nothing to start. Drop start_after, or set mode: train.")
+            other = self.layer(start.layer)
+            if not other.learns:
+                raise ValueError(f"{field}.start_after.layer: {start.layer!r} is {other.schedule.mode}: it samples no "
+                                 "env steps and logs no training return of its own, so the gate would never open. Gate "
+                                 "on a layer that trains.")
+            if group_of.get(start.layer) == group_of.get(layer.name):
+                raise ValueError(f"{field}.start_after.layer: {start.layer!r} is in the same DPPO group (groups), and a "
+                                 "gate holds back its whole group, so it would wait on itself. Put the two layers in "
+                                 "different groups, or drop start_after.")
 
     def _agree(self, g: int, members: list[str]) -> None:
         """The trained layers of one group agree on every group-level dppo field."""

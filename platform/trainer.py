@@ -155,6 +155,7 @@ class Trainer:
         self._weights_from: dict[str, dict[str, Any]] = {}  # schedule.checkpoint layers: the file, frozen or not
         self._nothing_to_train = False  # resumed at or past train.total_env_steps
         self.last: dict[str, dict] = {}         # the last metrics of each layer
+        self._opened: set[str] = set()          # groups whose start_after gates have opened (once)
         self._created = False
         self._born = time.time()  # a scale request older than this was made while no trainer ran
         self._checkpointed = False
@@ -449,7 +450,12 @@ class Trainer:
 
     # -- schedule ------------------------------------------------------------------------------
     def _started(self, group: DPPOGroup) -> bool:
-        """A group trains once every one of its layers' ``schedule.start_after`` is met."""
+        """A group trains once every one of its layers' ``schedule.start_after`` is met, and from
+        then on: the gate opens once (a mean return that dips below it later, or an update that
+        ended no episode, does not pause the layer again). A group that has sampled has started
+        (so a resumed run does not close it again: its ``last`` metrics are empty then)."""
+        if group.name in self._opened or group.env_steps > 0:
+            return True
         for name in group.layers:
             gate = self.cfg.layer(name).schedule.start_after
             if gate is None:
@@ -461,6 +467,7 @@ class Trainer:
                 return False
             if gate.mean_return is not None and other.get(M.CHART_EPISODIC_RETURN, -np.inf) < gate.mean_return:
                 return False
+        self._opened.add(group.name)
         return True
 
     def _balanced(self, ready: list[DPPOGroup]) -> list[DPPOGroup]:

@@ -41,6 +41,16 @@ def two_layers(**over):
     (lambda c: c["layers"][1].update(name="strategy"), r"names must be unique"),
     (lambda c: c["layers"][1].update(schedule={"start_after": {"layer": "nope", "env_steps": 5}}), r"start_after.layer"),
     (lambda c: c.update(groups=[["strategy"], ["strategy", "control"]]), r"is in groups 0 and 1"),
+    # Gates that could never open, or gate nothing: they were accepted, and the run ended with the
+    # layer untrained ("raise train.total_env_steps") or "the gates wait on each other".
+    (lambda c: (c["layers"][0].update(schedule={"start_after": {"layer": "control", "env_steps": 5}}),
+                c["layers"][1].update(schedule={"mode": "frozen"})), r"start_after.layer: 'control' is frozen"),
+    (lambda c: c["layers"][0].update(schedule={"mode": "frozen", "start_after": {"layer": "control", "env_steps": 5}}),
+     r"\(strategy\).schedule.start_after: layer 'strategy' is frozen"),
+    (lambda c: (c["layers"][0].update(schedule={"start_after": {"layer": "control", "env_steps": 5}}),
+                c.update(groups=[["strategy", "control"]])), r"is in the same DPPO group"),
+    (lambda c: c["layers"][1].update(schedule={"mode": "scripted", "checkpoint": "runs/x"}, teacher={"policy": "m:f"}),
+     r"schedule.checkpoint: a scripted layer acts by its teacher.policy"),
 ])
 def test_inconsistent_hierarchies_name_layer_and_field(mutate, match):
     cfg = two_layers()
@@ -298,6 +308,33 @@ def test_staged_start_waits_for_the_other_layer(tmp_path):
     trainer.train()
     first_strategy = next(steps for layer, steps in seen if layer == "strategy")
     assert first_strategy >= 3000
+
+
+def test_a_mean_return_gate_opens_once_and_stays_open():
+    """The gate was checked again before every update: a started layer paused whenever the gate
+    layer's latest return dipped below the threshold, or its latest update ended no episode (and
+    after a resume, whose last metrics are empty)."""
+    from types import SimpleNamespace
+
+    from hdppo.platform import metrics as M
+
+    cfg = two_layers()
+    cfg["layers"][0]["schedule"] = {"start_after": {"layer": "control", "mean_return": 0.5}}
+    cfg = validate(cfg)
+    strategy = SimpleNamespace(name="strategy", layers=["strategy"], env_steps=0.0)
+    control = SimpleNamespace(name="control", layers=["control"], env_steps=5000.0)
+    t = SimpleNamespace(cfg=cfg, last={}, groups=[strategy, control], _opened=set())
+    assert not Trainer._started(t, strategy)                       # no return yet
+    t.last["control"] = {M.CHART_EPISODIC_RETURN: 0.3}
+    assert not Trainer._started(t, strategy)
+    t.last["control"] = {M.CHART_EPISODIC_RETURN: 0.9}
+    assert Trainer._started(t, strategy)
+    for later in ({M.CHART_EPISODIC_RETURN: 0.3}, {M.LOSS_POLICY: 0.0}):   # a dip; an update with no episode
+        t.last["control"] = later
+        assert Trainer._started(t, strategy)
+    resumed = SimpleNamespace(cfg=cfg, last={}, groups=[strategy, control], _opened=set())
+    strategy.env_steps = 2048.0                                      # it had trained before the resume
+    assert Trainer._started(resumed, strategy)
 
 
 def test_groups_share_the_env_steps_equally_though_their_updates_differ(tmp_path):
