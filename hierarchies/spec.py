@@ -116,6 +116,14 @@ def build_spec(cfg: Config, probe: VectorMultiAgentEnv, first: VecObs) -> list[L
             raise _layer_error(bottom, "agents", f"{', '.join(map(repr, unknown))} "
                                f"{'is not an agent' if len(unknown) == 1 else 'are not agents'} of env "
                                f"{probe.name!r}; its agents are {', '.join(known)}")
+        # An env agent no layer controls would play action 0 (the sampler's empty entry) all run.
+        idle = [a for a in known if a not in controlled]
+        if idle:
+            raise _layer_error(bottom, "agents", f"{', '.join(map(repr, idle))} of env {probe.name!r} "
+                               f"{'is' if len(idle) == 1 else 'are'} in no lane of the bottom layer, so nothing would "
+                               "choose its actions (it would play action 0 every step). List every agent the env "
+                               "steps (or agents: all); to have an env's agents played by a script or a frozen "
+                               "policy, give them to env.opponents, which takes them out of the env's agents")
         bottom.members = {a: [a] for a in controlled}
     # Nesting: every lane of a layer must sit inside one lane of the layer above, and every env
     # agent of the bottom layer inside one lane of the layer just above it.

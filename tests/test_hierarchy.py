@@ -66,6 +66,17 @@ def test_unknown_agent_is_named_against_the_env():
         probe_env(cfg, 0)
 
 
+def test_an_env_agent_no_layer_controls_is_refused():
+    """It played action 0 on every step of the run, and nothing said so."""
+    cfg = two_layers()
+    cfg["env"] = {**cfg["env"], "kwargs": {**cfg["env"].get("kwargs", {}), "num_agents": 2}}
+    cfg = validate(cfg)
+    cfg.layers[-1].agents = ["walker_0"]
+    with pytest.raises(ConfigError, match=r"layer 'control', agents: 'walker_1' of env .* is in no lane of the bottom "
+                                          r"layer, so nothing would choose its actions .* env.opponents"):
+        probe_env(cfg, 0)
+
+
 def test_unknown_bottom_layer_agents_are_named_against_the_env():
     cfg = validate(two_layers())
     cfg.layers[-1].agents = ["walker_9", "nobody"]
