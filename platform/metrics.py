@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,6 +24,7 @@ CHART_REWARD_EXTRINSIC = "charts/reward_extrinsic"
 CHART_REWARD_INTRINSIC = "charts/reward_intrinsic"
 CHART_EXPLORATION_BONUS = "charts/exploration_bonus"
 HIST_COMMANDS = "charts/commands"
+EVAL_PREFIX = "eval/"                 # every evaluation tag: logged at the whole run's env steps
 EVAL_RETURN_MEAN = "eval/return_mean"
 EVAL_RETURN_STD = "eval/return_std"
 EVAL_EPISODE_INFO = "eval/episode"   # + "/<info key>": train.eval_every, env.episode_metrics' mean per episode
@@ -74,14 +76,62 @@ REQUIRED_TAGS = (CHART_EPISODIC_RETURN, CHART_EPISODE_LENGTH, LOSS_POLICY, LOSS_
                  PERF_SAMPLE_S, PERF_UPDATE_S)
 
 
+def _kept(row: dict, resumed_at: dict[str, int | None], total: int) -> bool:
+    """Whether a row was logged by the time of the checkpoint: a layer's scalars are at its group's
+    env steps, evaluations (``eval/*``) and a layer with no group at the whole run's."""
+    own = resumed_at.get(row.get("layer"))  # type: ignore[arg-type]
+    whole = str(row.get("tag", "")).startswith(EVAL_PREFIX) or own is None
+    return row.get("step", 0) <= (total if whole else own)
+
+
+def trim_after_checkpoint(path: Path, resumed_at: dict[str, int | None], total: int) -> dict[str, list[dict]]:
+    """Drop the rows of ``metrics.jsonl`` logged after the checkpoint a resume starts from (see
+    :class:`MetricsWriter`); the file is rewritten only if there are any, atomically. Returns the
+    kept rows per layer (for TensorBoard's purge)."""
+    if not path.is_file():
+        return {}
+    lines = path.read_text().splitlines(keepends=True)
+    kept, rows = [], {}
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line cut by the kill: not a row
+            continue
+        if _kept(row, resumed_at, total):
+            kept.append(line if line.endswith("\n") else line + "\n")
+            rows.setdefault(row.get("layer"), []).append(row)
+    if len(kept) != len(lines):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, path)
+    return rows
+
+
 class MetricsWriter:
     """Writes each scalar to the layer's TensorBoard run and to ``metrics.jsonl``."""
 
-    def __init__(self, run_dir: Path, layers: list[str]):
+    def __init__(self, run_dir: Path, layers: list[str], resumed_at: dict[str, int | None] | None = None,
+                 total: int = 0):
+        """``resumed_at``: a resumed run's env steps per layer at its checkpoint (None for a layer
+        with no DPPO group), ``total`` the whole run's: what was logged after the checkpoint (a
+        run killed between two checkpoints) is dropped, so that the updates trained again are
+        not charted twice (:func:`trim_after_checkpoint`)."""
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
-        self._tb = {name: SummaryWriter(str(self.run_dir / "tb" / name)) for name in layers}
+        relog: dict[str, list[dict]] = {}
+        purge: dict[str, int | None] = {name: None for name in layers}
+        if resumed_at is not None:
+            relog = trim_after_checkpoint(self.run_dir / "metrics.jsonl", resumed_at, total)
+            purge = {name: (resumed_at.get(name) if resumed_at.get(name) is not None else total) + 1 for name in layers}
+        # purge_step: TensorBoard hides the events of this dir at or past it that an earlier process
+        # wrote. It applies to every tag, so the kept rows past it (evaluations, at the whole run's
+        # steps) are written again.
+        self._tb = {name: SummaryWriter(str(self.run_dir / "tb" / name), purge_step=purge[name]) for name in layers}
+        for name, rows in relog.items():
+            for r in rows:
+                if name in self._tb and purge[name] is not None and r["step"] >= purge[name]:
+                    self._tb[name].add_scalar(r["tag"], r["value"], r["step"], walltime=r.get("time"))
         self._jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self._drawer: ThreadPoolExecutor | None = None  # coverage images, drawn beside training
         self._drawings: list[Future] = []

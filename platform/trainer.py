@@ -272,7 +272,11 @@ class Trainer:
         if self.resume:
             self._keep_changed_config(text)
         (self.run_dir / "config.yaml").write_text(text)
-        self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers])
+        # A resume drops what was logged after its checkpoint (the updates it trains again).
+        resumed_at = ({layer.name: next((int(g.env_steps) for g in self.groups if layer.name in g.layers), None)
+                       for layer in self.cfg.layers} if self.resume else None)
+        self.metrics = M.MetricsWriter(self.run_dir, [layer.name for layer in self.cfg.layers], resumed_at,
+                                       self._env_steps())
         if self.cfg.diagnostics.every:
             self.metrics.prepare_coverage()
         run = {k: v for k, v in self.cfg.model_dump(mode="json").items() if k != "layers"}

@@ -57,6 +57,34 @@ def test_resume_continues_counting(tmp_path):
     assert latest_checkpoint(tmp_path / "run").name == "ckpt_0000004.pt"
 
 
+def test_a_resume_drops_what_was_logged_after_its_checkpoint(tmp_path):
+    """A run killed between two checkpoints had logged updates the resume trained again: they were
+    appended a second time, two values at one step, in metrics.jsonl and in TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hdppo.platform import metrics as M
+
+    run = tmp_path / "run"
+    cfg = tiny_config(train={"total_env_steps": 1536, "checkpoint_every": 2, "eval_every": 2})
+    Trainer(validate(cfg), run, quiet=True).train()                    # updates 1-6, checkpoints 2, 4, 6
+    latest_checkpoint(run).unlink()  # killed after update 6 was logged, before its checkpoint: back to 4
+    before = M.read_jsonl(run / "metrics.jsonl")
+    assert max(r["step"] for r in before if r["tag"] == M.LOSS_POLICY) == 1536
+    evals = [(r["step"], r["value"]) for r in before if r["tag"] == M.EVAL_RETURN_MEAN]
+    Trainer(validate(cfg), run, resume=True, quiet=True).train()
+    rows = M.read_jsonl(run / "metrics.jsonl")
+    for tag in (M.LOSS_POLICY, M.CHART_EPISODIC_RETURN, M.PERF_ENV_STEPS_PER_S):
+        steps = [r["step"] for r in rows if r["tag"] == tag]
+        assert steps == sorted(set(steps)) and steps[-1] == 1536, (tag, steps)
+    # The evaluation at update 4, after its checkpoint, is kept; update 6's was redone.
+    again = [(r["step"], r["value"]) for r in rows if r["tag"] == M.EVAL_RETURN_MEAN]
+    assert [s for s, _ in again] == [512, 1024, 1536, 1536] and again[:2] == evals[:2], again  # (+ the final one)
+    acc = EventAccumulator(str(run / "tb" / "control")).Reload()
+    for tag in (M.LOSS_POLICY, M.EVAL_RETURN_MEAN):
+        tb = [e.step for e in acc.Scalars(tag)]
+        assert tb == [s for s in (r["step"] for r in rows if r["tag"] == tag)], (tag, tb)
+
+
 def test_existing_run_dir_needs_resume_and_resume_needs_a_checkpoint(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "x").write_text("x")
