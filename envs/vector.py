@@ -22,7 +22,8 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 ``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did, and
 ``episodes`` lists ``(return, length, copy)`` for each of them (training charts the returns and
 the evaluation counts episodes from it). Seed copy ``i`` with ``seed + i`` (the evaluation
-assumes it). An acting slot is alive and has a legal action; where a copy's episode ends, each
+assumes it: then ``hdppo eval``'s first k games are the same for any ``--episodes``; the built-in
+skirmish and swarm draw every copy from one generator, so theirs are not). An acting slot is alive and has a legal action; where a copy's episode ends, each
 agent alive before the step is ``terminated`` or ``truncated`` (a time limit: truncated, so that
 hdppo bootstraps); an agent already gone gets no reward (it has no open transition). Training
 checks every array against this contract for the first steps, as ``hdppo check-env`` does

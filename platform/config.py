@@ -1213,7 +1213,19 @@ def dump_config(cfg: Config) -> str:
 
 
 def json_schema() -> dict:
-    return Config.model_json_schema()
+    """The config's JSON Schema, as files are read (:func:`load_config`), not as the model is built:
+    ``name`` may be left out (it comes from the file's name), and a group's ``dppo`` takes the
+    group-level fields of a layer's ``dppo`` only, as validation does (the model keeps it a dict,
+    filled into the layers before they are validated)."""
+    schema = Config.model_json_schema()
+    schema["required"] = [k for k in schema.get("required", []) if k != "name"]
+    name = schema["properties"]["name"]
+    name["description"] = name.get("description", "") + " Default: the config file's name."
+    dppo = schema["$defs"]["DPPOConfig"]["properties"]
+    schema["$defs"]["GroupSpec"]["properties"]["dppo"] = {
+        **schema["$defs"]["GroupSpec"]["properties"]["dppo"], "additionalProperties": False,
+        "properties": {k: dppo[k] for k in GROUP_DPPO_FIELDS if k in dppo}}
+    return schema
 
 
 def worker_quota(layer: LayerConfig, num_workers: int) -> int:

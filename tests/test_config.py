@@ -128,6 +128,22 @@ def test_schema_is_json_and_documents_fields():
     assert "description" in schema["$defs"]["PPOConfig"]["properties"]["clip"]
 
 
+def test_the_schema_accepts_what_training_accepts_and_refuses_what_it_refuses():
+    """Editors flagged a config with no name (the README's one-liner; the name comes from the file)
+    and passed any key in a group's dppo (training refuses them)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json_schema()
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    jsonschema.validate({"env": {"entry_point": "my_envs:make"}}, schema)
+    group = {"env": {"id": "CartPole-v1"}, "layers": [{"name": "a"}, {"name": "b"}],
+             "groups": [{"layers": ["a", "b"], "dppo": {"num_workers": 2}}]}
+    jsonschema.validate(group, schema)
+    group["groups"][0]["dppo"]["bogus"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="bogus"):
+        jsonschema.validate(group, schema)
+
+
 def test_tiny_config_is_valid():
     validate(tiny_config())
 
