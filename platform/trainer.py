@@ -222,6 +222,11 @@ class Trainer:
                 print(f"[hdppo] nothing to train: {self.run_dir} has {done:,} env steps and train.total_env_steps is "
                       f"{self.cfg.train.total_env_steps:,}. To train on, resume with a larger budget (--set "
                       f"train.total_env_steps=N; a --set of the earlier run is not remembered).", flush=True)
+            if self._nothing_to_train:
+                # Nothing starts and nothing is written: its config, logs and summary stay as they are
+                # (an evaluation was appended, config.yaml rewritten to the smaller budget, last_return lost).
+                self._done_steps = done
+                return
         if self.cfg.train.video_every:
             from .video import check_renders
 
@@ -587,6 +592,8 @@ class Trainer:
     def _train(self) -> dict[str, Any]:
         t_call = time.time()
         self.setup()
+        if self._nothing_to_train:
+            return self._nothing_summary(t_call)
         steps = self._env_steps()
         updates = max((g.counters()["updates"] for g in self.groups), default=0)
         total = self.cfg.train.total_env_steps
@@ -692,6 +699,17 @@ class Trainer:
         self.metrics.close()
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    def _nothing_summary(self, t_call: float) -> dict[str, Any]:
+        """A resume at or past its budget: the run's summary as it was, marked, nothing written."""
+        path = self.run_dir / "summary.json"
+        try:
+            summary = json.loads(path.read_text()) if path.is_file() else {}
+        except ValueError:
+            summary = {}
+        wall = time.time() - t_call
+        return {**summary, "env_steps": self._done_steps, "total_env_steps": self.cfg.train.total_env_steps,
+                "run_dir": str(self.run_dir), "wall_s": 0.0, "total_s": wall, "nothing_to_train": True}
 
     def _cleanup_failed_start(self) -> None:
         """A new run that failed before its first update leaves nothing behind. A run dir that

@@ -294,12 +294,19 @@ def test_resume_with_changed_settings_says_what_changed_and_keeps_the_config_it_
     run = tmp_path / "run"
     assert main(["train", str(cfg), "--run-dir", str(run)]) == 0
     capsys.readouterr()
+    files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".hdppo.lock"}
     assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume"]) == 0
     assert not list(run.glob("config.before-resume-*.yaml"))
-    # A finished run resumed on the same budget: said as such, not as an update that passed the budget.
+    # A finished run resumed on the same budget: said as such, not as an update that passed the budget,
+    # and nothing written (an evaluation was appended each time, summary.json's last_return lost).
     out = " ".join(capsys.readouterr().out.split())
     assert "nothing to train:" in out and "train.total_env_steps is 512" in out and "passed by" not in out
-    assert json.loads((run / "summary.json").read_text())["nothing_to_train"] is True
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".hdppo.lock"} == files
+    assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume",
+                 "--set", "train.total_env_steps=256"]) == 0   # a budget below what was done: config.yaml kept
+    assert not list(run.glob("config.before-resume-*.yaml"))
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".hdppo.lock"} == files
+    capsys.readouterr()
     assert main(["train", str(run / "config.yaml"), "--run-dir", str(run), "--resume",
                  "--set", "layers.0.ppo.gamma=0.5", "--set", "train.total_env_steps=1024"]) == 0
     out = " ".join(capsys.readouterr().out.split())
