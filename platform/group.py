@@ -221,7 +221,7 @@ class DPPOGroup:
         err = EnvError(f"group {self.name!r}: {what}{last}. A failure on every worker is most likely a bug in the "
                        f"env {self.cfg.env.id or self.cfg.env.entry_point!r} or in what the config gives it, not a crashed simulator; "
                        "`hdppo check-env` steps the env alone.")
-        err.worker_traceback = self._last_traceback  # type: ignore[attr-defined]  # the CLI prints it above the paragraph
+        err.worker_traceback = self._last_traceback  # type: ignore[attr-defined]  # the CLI saves it to a file it names
         return err
 
     # -- the update ----------------------------------------------------------------------------
