@@ -23,8 +23,8 @@ episode ends resets inside the same ``step``: its row of ``obs`` is the reset ob
 ``episodes`` lists ``(return, length, copy)`` for each of them (training charts the returns and
 the evaluation counts episodes from it). Seed copy ``i`` with ``seed + i`` (the evaluation
 assumes it: then ``hdppo eval``'s first k games are the same for any ``--episodes``; the built-in
-skirmish and swarm draw every copy from one generator, so theirs are not). An acting slot is alive and has a legal action; where a copy's episode ends, each
-agent alive before the step is ``terminated`` or ``truncated`` (a time limit: truncated, so that
+skirmish and swarm draw every copy from one generator, so theirs are not). An acting slot is
+alive and has a legal action; where a copy's episode ends, each agent alive before the step is ``terminated`` or ``truncated`` (a time limit: truncated, so that
 hdppo bootstraps); an agent already gone gets no reward (it has no open transition). Training
 checks every array against this contract for the first steps, as ``hdppo check-env`` does
 (observations against the declared spaces too), and ``episodes`` on every step. The
