@@ -38,6 +38,7 @@ from .learner import Learner
 from .messages import UpdateResult
 from .parameter_service import ParameterService
 from .progress import Progress
+from ..policies.networks import make_policy
 from .ray_runtime import init_ray, shutdown_ray
 from .working_dir import use_working_dir
 
@@ -225,6 +226,16 @@ class Trainer:
             if self._nothing_to_train:
                 # Nothing starts and nothing is written: its config, logs and summary stay as they are
                 # (an evaluation was appended, config.yaml rewritten to the smaller budget, last_return lost).
+                # A config the checkpoint does not fit is still refused, as a resume that trains refuses it.
+                saved = learner_states(resume_state[1])
+                for name, d in dims.items():
+                    p = self.cfg.layer(name).policy
+                    shapes = {k: list(v.shape) for k, v in make_policy(
+                        d["obs_dim"], d["action_space"], p.hidden, p.activation, p.init_log_std, d.get("critic_dim"),
+                        d.get("encoder")).state_dict().items()}
+                    what = policy_mismatch(saved.get(name, {}).get("policy", {}), shapes)
+                    if what:
+                        raise self._resume_error(resume_state[0], f"layer {name!r}: {what}")  # type: ignore[arg-type]
                 self._done_steps = done
                 return
         if self.cfg.train.video_every:
