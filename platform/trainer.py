@@ -227,15 +227,13 @@ class Trainer:
                 # Nothing starts and nothing is written: its config, logs and summary stay as they are
                 # (an evaluation was appended, config.yaml rewritten to the smaller budget, last_return lost).
                 # A config the checkpoint does not fit is still refused, as a resume that trains refuses it.
-                saved = learner_states(resume_state[1])
-                for name, d in dims.items():
-                    p = self.cfg.layer(name).policy
-                    shapes = {k: list(v.shape) for k, v in make_policy(
+                def shapes(name: str) -> dict[str, list[int]]:  # the network this config builds, no learner
+                    d, p = dims[name], self.cfg.layer(name).policy
+                    return {k: list(v.shape) for k, v in make_policy(
                         d["obs_dim"], d["action_space"], p.hidden, p.activation, p.init_log_std, d.get("critic_dim"),
                         d.get("encoder")).state_dict().items()}
-                    what = policy_mismatch(saved.get(name, {}).get("policy", {}), shapes)
-                    if what:
-                        raise self._resume_error(resume_state[0], f"layer {name!r}: {what}")  # type: ignore[arg-type]
+
+                self._refuse_misfit(resume_state, list(dims), shapes)  # type: ignore[arg-type]
                 self._done_steps = done
                 return
         if self.cfg.train.video_every:
@@ -351,15 +349,22 @@ class Trainer:
         group = next(g for g in self.groups if name in g.learners)
         return self.backend.get(self.backend.call(group.learners[name], "weight_shapes"))
 
+    def _refuse_misfit(self, resume: tuple[Path, dict[str, Any]], names: list[str],
+                       shapes: Callable[[str], dict[str, list[int]]]) -> None:
+        """A :class:`CheckpointError` naming the first layer whose checkpointed weights do not have
+        the shapes (``shapes(name)``) of the network this config builds."""
+        ckpt, state = resume
+        saved = learner_states(state)
+        for name in names:
+            what = policy_mismatch(saved.get(name, {}).get("policy", {}), shapes(name))
+            if what:
+                raise self._resume_error(ckpt, f"layer {name!r}: {what}")
+
     def _restore(self, resume: tuple[Path, dict[str, Any]]) -> None:
         """Load the checkpoint into the groups and fixed layers, after checking every layer's
         weights have this config's shapes; a mismatch is a :class:`CheckpointError` saying which."""
         ckpt, state = resume
-        saved = learner_states(state)
-        for name in [*(n for g in self.groups for n in g.learners), *self.fixed]:
-            what = policy_mismatch(saved[name].get("policy", {}), self._weight_shapes(name))
-            if what:
-                raise self._resume_error(ckpt, f"layer {name!r}: {what}")
+        self._refuse_misfit(resume, [*(n for g in self.groups for n in g.learners), *self.fixed], self._weight_shapes)
         # Where schedule.checkpoint layers came from; checkpoints before it have none.
         self._weights_from = dict(state.get("weights_from", {}))
         try:

@@ -20,6 +20,12 @@ def scalar_reward(command, info, **_):
     return float(info.get("x", 0.0))
 
 
+def corridor_train(steps: int = 512) -> list[str]:
+    """``hdppo train`` of the corridor hierarchy, small and local, into ./r (no final evaluation)."""
+    return ["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+            "--set", f"train.total_env_steps={steps}", "--set", "train.eval_episodes=0", "--run-dir", "r"]
+
+
 def test_builtin_names_resolve_without_importing_their_module_first_and_corridor_needs_no_mujoco():
     code = ("import sys; from hdppo.hierarchies.intrinsic import resolve; r = resolve('corridor_follow'); "
             "assert r.fn.__module__ == 'hdppo.envs.builtin.corridor' and r.vectorized; "
@@ -77,8 +83,7 @@ def test_a_named_reward_on_a_layer_it_was_not_written_for_is_refused_and_a_zero_
     from hdppo.platform.cli import main
 
     monkeypatch.chdir(tmp_path)
-    base = ["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
-            "--set", "train.total_env_steps=512", "--set", "train.eval_episodes=0", "--run-dir", "r"]
+    base = corridor_train()
     assert main([*base, "--set", "layers.strategy.reward={env: 1.0, intrinsic: 0.1, intrinsic_fn: corridor_follow}"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert ("layers[0] (strategy).reward.intrinsic_fn 'corridor_follow' does not fit layer 'strategy': it reads one "
@@ -100,8 +105,7 @@ def test_a_named_reward_that_reads_info_keys_the_env_lacks_stops_the_run_naming_
     from hdppo.platform.cli import main
 
     monkeypatch.chdir(tmp_path)
-    base = ["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
-            "--set", "train.total_env_steps=512", "--set", "train.eval_episodes=0", "--run-dir", "r"]
+    base = corridor_train()
     assert main([*base, "--set", "layers.control.reward.intrinsic_fn=ant_velocity_tracking"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert ("layers[1] (control).reward.intrinsic_fn 'ant_velocity_tracking' reads the info keys x_velocity, "
@@ -129,9 +133,8 @@ def test_a_layer_paid_for_a_command_it_does_not_observe_is_given_that_command(tm
     from hdppo.platform.cli import main
 
     monkeypatch.chdir(tmp_path)
-    assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
-                 "--set", "train.total_env_steps=1024", "--set", "train.eval_episodes=0", "--run-dir", "r",
-                 "--set", "layers.control.observation.command=false"]) == 0, capsys.readouterr().err
+    assert main([*corridor_train(steps=1024), "--set", "layers.control.observation.command=false"]) == 0, \
+        capsys.readouterr().err
     paid = [r["value"] for r in M.read_jsonl(tmp_path / "r" / "metrics.jsonl")
             if r["layer"] == "control" and r["tag"] == M.CHART_REWARD_INTRINSIC]
     assert paid and 0.0 < max(paid) <= 1.0, paid   # steps the commanded way (a random walker makes some)
