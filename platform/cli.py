@@ -416,10 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=_positive(int), default=10, help="episodes to play (default 10)")
     e.add_argument("--seed", type=int, default=None, help="the env seed of the first episode (default: the run's "
                    "train.seed + 999,983, games the training never saw); up to 8 env copies play at once, copy i "
-                   "seeded seed + i, and episodes are listed copy by copy, so with a per-copy env (gymnasium, "
-                   "pettingzoo, rllib) the first k are the same games for any --episodes >= k up to 8; a natively "
-                   "vectorised env may draw all its copies from one generator (skirmish and swarm do), so there the "
-                   "games depend on --episodes")
+                   "seeded from (seed, i), and episodes are listed copy by copy, so the first k are the same games "
+                   "for any --episodes >= k up to 8 (a batched env of your own keeps this if it seeds its copies "
+                   "so; skirmish's random opponent moves from one stream shared by the copies)")
     e.add_argument("--working-dir", metavar="DIR", help=RUN_WORKING_DIR_HELP)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.add_argument("--video", metavar="PATH", help="record the episodes (one env copy, headless) into PATH, .mp4 or "

@@ -445,3 +445,23 @@ def test_dagger_benchmark_imitates_the_pilot_and_tables_each_variant(tmp_path):
     untrained = bench.imitate(0, 0, 0.1, 8, 0, "8_medium")   # no rollout: the initial network, same fields
     assert max(r["reach_rate"] for r in rows) > untrained["reach_rate"] + 0.1, (rows, untrained)
     assert "| env steps | replay |" in out.with_suffix(".md").read_text()
+
+
+def test_each_copy_draws_its_own_field():
+    """Copy i's goals, starts and obstacles depend on the seed and i alone, not on the number of
+    copies or on when the other copies' episodes end; copy 0 is the PettingZoo env's episode."""
+    layout = ("pos", "region", "oc", "orad", "ovel")
+    two, five = make_vector(2, scenario="8_medium"), make_vector(5, scenario="8_medium")
+    two.reset(seed=3), five.reset(seed=3)
+    for name in layout:
+        assert np.array_equal(getattr(two.swarm, name), getattr(five.swarm, name)[:2]), name
+    five.swarm.reset(np.array([1, 4]))
+    five.swarm.reset(np.array([0, 1]))
+    two.swarm.reset(np.array([0]))
+    for name in layout:
+        assert np.array_equal(getattr(two.swarm, name)[0], getattr(five.swarm, name)[0]), name
+    env = parallel_env(scenario="8_medium")
+    env.reset(seed=3)
+    fresh = make_vector(4, scenario="8_medium")
+    fresh.reset(seed=3)
+    assert np.array_equal(env.swarm.pos[0], fresh.swarm.pos[0]) and np.array_equal(env.swarm.oc[0], fresh.swarm.oc[0])

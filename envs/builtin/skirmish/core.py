@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..copy_draws import CopyDraws, copy_generators
 from .scenarios import HEALER, MAX_OBSTACLES, MAX_SQUADS, MELEE, RANGED, UNIT_RADIUS, UNIT_TYPES, Scenario
 
 NOOP, MOVE0, ATTACK0 = 0, 1, 9
@@ -148,6 +149,7 @@ class Battle:
         self.max_steps = int(scenario.max_steps if max_steps is None else max_steps)
         self.weights = rewards
         self.rng = rng if rng is not None else np.random.default_rng()
+        self._copy_rngs = copy_generators(self.rng, self.N)
         self.width, self.height = float(sc.width), float(sc.height)
         self.obs_dim = OWN_FEATURES + SLOT_FEATURES * (k_enemies + k_allies) + OBSTACLE_FEATURES * k_obstacles
         self.state_units = max(10, n)  # per team, zero-padded: one state size for every built-in scenario
@@ -252,10 +254,16 @@ class Battle:
         return out
 
     # -- episodes ----------------------------------------------------------------------------------
+    def reseed(self, seed: int | None) -> np.random.Generator:
+        """A new shared stream (for scripted opponents) and per-copy layout streams from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+        self._copy_rngs = copy_generators(self.rng, self.N)
+        return self.rng
+
     def reset(self, copies: np.ndarray | None = None) -> None:
         """Start new episodes in ``copies`` (all by default) and refresh the observation caches."""
         idx = np.arange(self.N) if copies is None else np.asarray(copies, np.int64)
-        m, sc, rng = len(idx), self.scenario, self.rng
+        m, sc, rng = len(idx), self.scenario, CopyDraws(self._copy_rngs, idx)
         W, H = sc.width, sc.height
         # Spawns: each team's squads side by side near its own edge, melee in front, healers behind.
         front = np.array([0.18, 0.13, 0.09])[self.utype[: self.n]] * W

@@ -86,7 +86,7 @@ class SkirmishEnv(ParallelEnv):
 
     def reset(self, seed=None, options=None):
         if seed is not None:
-            self._rng = self.battle.rng = np.random.default_rng(seed)
+            self._rng = self.battle.reseed(seed)
         self.battle.reset()
         self.agents = list(self.possible_agents)
         self.last_outcome = None

@@ -65,7 +65,7 @@ class SkirmishVector(VectorMultiAgentEnv):
 
     def reset(self, seed: int | None = None) -> VecObs:
         if seed is not None:
-            self._rng = self.battle.rng = np.random.default_rng(seed)
+            self._rng = self.battle.reseed(seed)
         self.battle.reset()
         self._ep_return[:], self._ep_len[:] = 0.0, 0
         obs, alive, masks = self._view()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..copy_draws import CopyDraws, copy_generators
 from .assignment import assignment_costs, permutations
 from .scenarios import MAX_DRONES, MAX_OBSTACLES, Scenario
 
@@ -95,6 +96,7 @@ class Swarm:
         self.ph = physics or Physics()
         self.w = weights or RewardWeights()
         self.rng = rng if rng is not None else np.random.default_rng()
+        self._copy_rngs = copy_generators(self.rng, self.N)
         self.group = np.arange(self.n) // scenario.group_size
         self.world = np.array(scenario.world, np.float64)
         self.scale = float(np.max(self.world))
@@ -132,12 +134,18 @@ class Swarm:
         self._group_stats: tuple[np.ndarray, np.ndarray] | None = None   # of the current step, made when asked
 
     # -- episodes ------------------------------------------------------------------------------
+    def reseed(self, seed: int | None) -> np.random.Generator:
+        """A new shared stream (for random assignments) and per-copy layout streams from ``seed``."""
+        self.rng = np.random.default_rng(seed)
+        self._copy_rngs = copy_generators(self.rng, self.N)
+        return self.rng
+
     def reset(self, copies: np.ndarray | None = None) -> None:
         idx = np.arange(self.N) if copies is None else np.asarray(copies)
         if len(idx) == 0:
             return
         self._group_stats = None
-        sc, rng, k = self.sc, self.rng, len(idx)
+        sc, rng, k = self.sc, CopyDraws(self._copy_rngs, idx), len(idx)
         L, W, H = sc.world
         # Goal regions on the far side and group start points on the near side, each group in
         # its own cell of a grid over (y, z); starts are assigned to the cells in a random

@@ -126,7 +126,7 @@ class SwarmEnv(ParallelEnv):
 
     def reset(self, seed=None, options=None):
         if seed is not None:
-            self._rng = self.swarm.rng = np.random.default_rng(seed)
+            self._rng = self.swarm.reseed(seed)
         self.swarm.reset()
         self.agents = list(self.possible_agents)
         self.last_outcome = None
@@ -217,7 +217,7 @@ class SwarmVector(VectorMultiAgentEnv):
 
     def reset(self, seed: int | None = None) -> VecObs:
         if seed is not None:
-            self._rng = self.swarm.rng = np.random.default_rng(seed)
+            self._rng = self.swarm.reseed(seed)
         self.swarm.reset()
         self._ep_return[:], self._ep_len[:] = 0.0, 0
         alive = self.swarm.active.copy()
