@@ -21,10 +21,10 @@ format (int64 for Discrete); entries of slots that do not act are to be ignored.
 episode ends resets inside the same ``step``: its row of ``obs`` is the reset observation,
 ``final_obs``/``final_state`` hold the last ones, ``episode_end`` says which copies did, and
 ``episodes`` lists ``(return, length, copy)`` for each of them (training charts the returns and
-the evaluation counts episodes from it). Seed copy ``i`` with ``seed + i`` (the evaluation
-assumes it: then ``hdppo eval``'s first k games are the same for any ``--episodes``; the built-in
-skirmish and swarm draw every copy from one generator, so theirs are not). An acting slot is
-alive and has a legal action; where a copy's episode ends, each agent alive before the step is ``terminated`` or ``truncated`` (a time limit: truncated, so that
+the evaluation counts episodes from it). Seed copy ``i`` from ``(seed, i)`` alone, e.g. with
+``seed + i`` or with child ``i`` of the seed (:mod:`hdppo.envs.builtin.copy_draws`, as skirmish and
+swarm do): the evaluation assumes it, so that ``hdppo eval``'s first k games are the same for any
+``--episodes``. An acting slot is alive and has a legal action; where a copy's episode ends, each agent alive before the step is ``terminated`` or ``truncated`` (a time limit: truncated, so that
 hdppo bootstraps); an agent already gone gets no reward (it has no open transition). Training
 checks every array against this contract for the first steps, as ``hdppo check-env`` does
 (observations against the declared spaces too), and ``episodes`` on every step. The
@@ -100,6 +100,9 @@ class VectorMultiAgentEnv:
     mask_dim: int = 0
     state_dim: int | None = None
     want_state: bool = False        # set by the sampler: fill ``state`` every step
+    # True where the env has no state() of its own and its one agent's flattened observation
+    # stands in for it (a single-agent Gymnasium env): exports and docs say so.
+    state_is_obs: bool = False
     # Info keys worth a chart per episode (``metadata["episode_metrics"]`` of the env; the config's
     # ``env.episode_metrics`` overrides): see :func:`episode_info_values`.
     episode_metrics: tuple[str, ...] = ()
@@ -452,6 +455,7 @@ class GymnasiumCopies(VectorMultiAgentEnv):
         self._ones = np.ones((num_envs, 1), bool)
         self._reset_copy(0, None)  # state() of many envs needs a reset first
         self.state_dim = int(self._state(0).size)
+        self.state_is_obs = not callable(getattr(self.envs[0].unwrapped, "state", None))
 
     def observation_space(self, agent: str) -> gym.Space:
         return self._space
@@ -921,6 +925,7 @@ class GymnasiumVector(VectorMultiAgentEnv):
         self._action_space = venv.single_action_space
         self.obs_dim = int(gym.spaces.flatdim(self._space))
         self.state_dim = self.obs_dim
+        self.state_is_obs = True
         self._box = isinstance(self._space, gym.spaces.Box)
         self._check = _Checker(name)
         self._ones = np.ones((self.num_envs, 1), bool)

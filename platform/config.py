@@ -431,7 +431,8 @@ class ObservationSpec(_Strict):
     """What a layer's policy sees, before the command from above is appended."""
 
     source: str = Field("env", description="'env': its agents' env observations (concatenated for a squad); "
-                        "'state': the env's global state(); or 'module:function' called as fn(env_obs, members, env).")
+                        "'state': the env's global state() (a single-agent Gymnasium env without one: its flattened "
+                        "observation); or 'module:function' called as fn(env_obs, members, env).")
     command: bool = Field(True, description="Append the command from the layer above (one-hot, or the Box goal).")
     agent_id: bool = Field(False, description="Append a one-hot of the agent's index (parameter sharing with ids).")
 

@@ -122,6 +122,7 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
         spec = next(s for s in specs if s.name == layer)
         slot, agents = int(venv.obs_dim), list(venv.agents)
         obs_space = venv.observation_space(agents[0]) if agents else None
+        state_is_obs = bool(getattr(venv, "state_is_obs", False))
     finally:
         venv.close()
     p = spec.cfg.policy
@@ -147,7 +148,7 @@ def export_layer(cfg: Config, state: dict[str, Any], layer: str, fmt: str, out: 
         _onnx(model, example, out)
     else:
         torch.jit.save(torch.jit.script(model), str(out))
-    doc = layout(cfg, spec, specs, slot, agents, policy, mean, std, masked, obs_space)
+    doc = layout(cfg, spec, specs, slot, agents, policy, mean, std, masked, obs_space, state_is_obs)
     doc = {"format": fmt, "file": out.name, **(source or {}), "version": state.get("version"),
            "env_steps": state.get("env_steps"),
            "env_steps_counted": "by this layer's DPPO group (groups share train.total_env_steps)", **doc}
@@ -208,11 +209,15 @@ def _dict_parts(space: gym.Space | None) -> list[dict[str, Any]] | None:
     return parts
 
 
-def _env_field(cfg: Config, spec: LayerSpec, slot: int, obs_space: gym.Space | None = None) -> dict[str, Any]:
+def _env_field(cfg: Config, spec: LayerSpec, slot: int, obs_space: gym.Space | None = None,
+               state_is_obs: bool = False) -> dict[str, Any]:
     src = spec.cfg.observation.source
     width = spec.obs_dim - spec.command_in - len(spec.agent_ids)
     out: dict[str, Any] = {"name": "env", "offset": 0, "size": width, "source": src}
-    if src == "state":
+    if src == "state" and state_is_obs:
+        out["description"] = ("the env's observation flattened with gymnasium.spaces.flatten (float32): the env "
+                              "has no state(), and a single-agent env's state is its observation")
+    elif src == "state":
         out["description"] = "the env's global state() flattened (float32)"
     elif src != "env":
         out["description"] = f"{src}(env_obs, members, env): the view this function returns, flattened"
@@ -248,9 +253,9 @@ def _command_field(cfg: Config, spec: LayerSpec, offset: int) -> dict[str, Any]:
 
 def layout(cfg: Config, spec: LayerSpec, specs: list[LayerSpec], slot: int, agents: list[str],
            policy: ActorCritic, mean: np.ndarray, std: np.ndarray, masked: bool,
-           obs_space: gym.Space | None = None) -> dict[str, Any]:
+           obs_space: gym.Space | None = None, state_is_obs: bool = False) -> dict[str, Any]:
     """What the exported model takes and returns, field by field (the JSON written beside it)."""
-    fields = [_env_field(cfg, spec, slot, obs_space)]
+    fields = [_env_field(cfg, spec, slot, obs_space, state_is_obs)]
     offset = fields[0]["size"]
     if spec.command_in:
         fields.append(_command_field(cfg, spec, offset))

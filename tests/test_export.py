@@ -277,3 +277,23 @@ def test_the_layout_says_where_each_key_of_a_dict_observation_lands():
     assert _dict_parts(gym.spaces.Box(0, 1, (3,))) is None
     assert _dict_parts(gym.spaces.Dict({"observation": gym.spaces.Box(0, 1, (3,)),
                                         "action_mask": gym.spaces.MultiBinary(2)})) is None
+
+
+def test_a_state_field_says_when_the_observation_stands_in_for_state():
+    """A single-agent Gymnasium env has no state(); its flattened observation is used and the
+    layout says so instead of promising "the env's global state()"."""
+    from hdppo.hierarchies.spec import probe_env
+    from hdppo.platform.export import _env_field
+
+    for cfg, stands_in in ((tiny_config(layers=[{"name": "control", "observation": {"source": "state"}}]), True),
+                           (_two_layers(), False)):
+        cfg = validate(cfg)
+        venv, _, specs = probe_env(cfg, 0)
+        try:
+            assert venv.state_is_obs is stands_in
+            field = _env_field(cfg, specs[0], venv.obs_dim, None, venv.state_is_obs)
+        finally:
+            venv.close()
+        assert field["source"] == "state"
+        assert ("has no state()" in field["description"]) is stands_in
+        assert ("global state()" in field["description"]) is not stands_in
