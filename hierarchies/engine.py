@@ -368,8 +368,16 @@ class Sampler:
                        " It is called as view(raw_obs, members, env) for each due lane."):
             for n, lane in zip(*np.nonzero(due)):
                 members = [self.venv.agents[k] for k in p.members[lane]]
-                out[n, lane] = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
-                                          np.float32).reshape(-1)
+                view = np.asarray(spec.obs_fn(raw(int(n)), members, self.venv.copy_env(int(n))),  # type: ignore[misc]
+                                  np.float32).reshape(-1)
+                if view.size != width:  # e.g. a finished agent's part left out: not the function crashing
+                    raise EnvError(
+                        f"layers[{spec.index}] ({spec.name}).observation.source {str(src)!r} returned {view.size} "
+                        f"numbers for lane {p.lanes[lane]!r} of copy {n}, but {width} on its first call, which fixed "
+                        "the layer's input size. A view must return one size on every call: `members` lists every "
+                        "agent of the lane, finished ones included, while env_obs holds only those still in the "
+                        "episode; give a missing agent's part zeros (env_obs.get(agent)) instead of leaving it out.")
+                out[n, lane] = view
             if not math.isfinite(float(out.sum(dtype=np.float64))):  # a NaN would reach env.step as an action
                 n, lane = (int(i[0]) for i in np.nonzero(~np.isfinite(out).all(axis=-1)))
                 raise ValueError(f"it returned a non-finite value (nan or inf) for lane {p.lanes[lane]!r} of copy {n}; "

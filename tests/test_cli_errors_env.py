@@ -304,6 +304,25 @@ def test_user_functions_that_raise_while_training_stop_the_run_with_their_line(s
     sys.modules.pop("hdppo_t_raise", None)
 
 
+def test_a_view_that_changes_size_is_named_with_both_sizes(scratch, capsys):
+    """A view whose size changes mid-run (a finished agent's part left out) was reported as the
+    function raising ValueError ("could not broadcast"), its own error; it is a broken contract:
+    the paragraph names the lane, both sizes and what to return instead."""
+    scratch_module(scratch, "hdppo_t_grow",
+        "def view(raw_obs, members, env):\n"
+        "    calls = getattr(env, '_t_calls', 0)\n"
+        "    env._t_calls = calls + 1\n"
+        "    return [0.0] * (2 if calls == 0 else 3)\n")
+    code, err = run(capsys, ["train", CORRIDOR, *TINY, "--working-dir", "mods", "--run-dir", "r",
+                             "--set", "layers.strategy.observation.source=hdppo_t_grow:view"])
+    assert code == 2 and err.startswith("hdppo train: error:"), err
+    for w in ("layers[0] (strategy).observation.source 'hdppo_t_grow:view' returned 3 numbers for lane",
+              "but 2 on its first call", "finished ones included", "give a missing agent's part zeros"):
+        assert w in err, (w, err)
+    assert "raised" not in err and "broadcast" not in err
+    sys.modules.pop("hdppo_t_grow", None)
+
+
 def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, capsys):
     """Every worker failing in the same iteration is an env bug, not a crashed simulator: an error
     naming the env and the last failure, exit 2, no traceback on the console: the worker's whole
