@@ -236,10 +236,22 @@ def _cmd_export(args: argparse.Namespace) -> int:
         origin = {"checkpoint": cfg.layer(layer).schedule.checkpoint, "frozen": True}
     if origin is not None:  # a frozen layer's weights are another run's, not this one's
         source["weights_from"] = origin
-    model, meta = export_layer(cfg, learner_states(state)[layer], layer, args.format, out, source)
+    learner = learner_states(state)[layer]
+    # A layer whose start_after gate had not opened by this checkpoint was never updated: its weights
+    # are the random initialisation, which an exported file would pass off as a policy.
+    untrained = origin is None and not learner.get("version")
+    if untrained:
+        source["untrained"] = True
+    model, meta = export_layer(cfg, learner, layer, args.format, out, source)
     print(f"[hdppo] {layer} ({ckpt.name}) exported as {args.format}: {model}")
     if origin is not None and origin.get("frozen"):
         print(f"[hdppo] {layer} is frozen in this run: its weights are those of {origin['checkpoint']}")
+    if untrained:
+        gate = cfg.layer(layer).schedule.start_after
+        why = f" (its start_after gate on {gate.layer} had not opened)" if gate is not None else ""
+        print(f"[hdppo] warning: {layer} had not been updated by {ckpt.name}{why}: the exported weights are its "
+              "random initialisation (the JSON says untrained: true). Export a later checkpoint once it has "
+              "trained.", file=sys.stderr)
     print(f"[hdppo] input layout, normalization and action space: {meta}")
     return 0
 

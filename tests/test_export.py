@@ -203,6 +203,21 @@ def test_a_frozen_layers_export_names_the_run_its_weights_came_from(runs, tmp_pa
     assert "weights_from" not in _export(tmp_path / "run", "strategy", "torchscript", tmp_path / "s.pt")
 
 
+def test_a_layer_never_updated_is_exported_with_a_warning(tmp_path, capsys):
+    """A layer whose start_after gate had not opened by the checkpoint holds its random
+    initialisation: the export said nothing and the JSON read like a policy's."""
+    cfg = _two_layers()
+    cfg["layers"][0]["schedule"] = {"start_after": {"layer": "control", "env_steps": 10 ** 6}}
+    Trainer(validate(cfg), tmp_path / "run", quiet=True).train()
+    capsys.readouterr()
+    upper = _export(tmp_path / "run", "strategy", "torchscript", tmp_path / "s.pt")
+    err = " ".join(capsys.readouterr().err.split())
+    assert upper["untrained"] is True and upper["version"] == 0
+    assert "warning: strategy had not been updated by" in err and "gate on control had not opened" in err, err
+    lower = _export(tmp_path / "run", "control", "torchscript", tmp_path / "c.pt")
+    assert "untrained" not in lower and lower["version"] > 0 and "warning" not in capsys.readouterr().err
+
+
 # -- errors: one paragraph naming the fix, exit code 2 -------------------------------------------
 
 def _error(capsys, *argv) -> str:
