@@ -306,11 +306,15 @@ class Trainer:
         share = total / max(len(self.groups), 1)
         if group.name in self._increments or took <= share or self.quiet:
             return
-        print(f"[hdppo] group {group.name!r}: one update took {int(took):,} env steps, more than its share of "
-              f"train.total_env_steps ({int(share):,} of {total:,}, shared by {len(self.groups)} group(s)); the run "
-              "ends on whole updates, so the other groups get what is left. Raise train.total_env_steps, or lower "
-              "the group's dppo.train_batch_size (an upper layer's counts decisions, one every `period` env steps).",
-              flush=True)
+        if len(self.groups) > 1:
+            over = (f"more than its share of train.total_env_steps ({int(share):,} of {total:,}, shared by "
+                    f"{len(self.groups)} groups); the run ends on whole updates, so the other groups get what is left")
+        else:
+            over = (f"more than train.total_env_steps ({total:,}); the run ends on whole updates, so it samples "
+                    "more env steps than asked")
+        print(f"[hdppo] group {group.name!r}: one update took {int(took):,} env steps, {over}. Raise "
+              "train.total_env_steps, or lower the group's dppo.train_batch_size (an upper layer's counts decisions, "
+              "one every `period` env steps).", flush=True)
 
     def _keep_changed_config(self, text: str) -> None:
         """A resume under a changed config (new --set values): say what changed, and keep the config

@@ -94,10 +94,18 @@ def test_a_group_whose_update_outgrows_its_budget_share_is_told_once(capsys, tmp
     assert out.count("one update took") == 2, out
     for group in ("strategy", "control"):
         assert f"group {group!r}: one update took" in out
-    assert "more than its share of train.total_env_steps (300 of 600, shared by 2 group(s))" in out
+    assert "more than its share of train.total_env_steps (300 of 600, shared by 2 groups)" in out
+    assert "the other groups get what is left" in out
     assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
                  "--set", "train.total_env_steps=6000", "--set", "train.eval_episodes=0", "--run-dir", "r2"]) == 0
     assert "one update took" not in capsys.readouterr().out
+    # One group: there are no other groups to be left anything; the run overshoots its budget.
+    assert main(["train", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--set", "ray.backend=local",
+                 "--set", "train.total_env_steps=600", "--set", "train.eval_episodes=0", "--set",
+                 "groups=[{layers: [strategy, control]}]", "--run-dir", "r3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("one update took") == 1 and "more than train.total_env_steps (600)" in out, out
+    assert "other groups" not in out and "samples more env steps than asked" in out
 
 
 def test_every_layer_of_a_group_charts_its_workers_replaced(capsys, tmp_path, monkeypatch):
