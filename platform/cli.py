@@ -286,6 +286,7 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
                 target = str(resolve_config_path(target))
             except ConfigError:  # no preset of that name either: check_target says what the id lacks
                 pass
+    cfg = None
     if target.endswith((".yaml", ".yml")) and Path(target).exists():
         from .config import load_config
 
@@ -294,6 +295,10 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
         target = cfg.env  # envs/ reads no config files: it gets the env section
     report = check_target(target, steps=args.steps)
     print(report)
+    if cfg is not None:  # and the config's layers over that env, as a training worker builds them
+        from .hierarchy_check import check_hierarchy
+
+        print(check_hierarchy(cfg, args.steps))
     return 0
 
 
@@ -480,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     sl.set_defaults(fn=_cmd_self_label)
 
     c = sub.add_parser("check-env", help="run the official env checker and a short rollout through hdppo")
-    c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file")
+    c.add_argument("target", help="a Gymnasium id, 'module:factory', or a config file (then also its layers over "
+                   "the env: lanes, input sizes, views, rewards and teachers, played with untrained policies)")
     c.add_argument("--steps", type=_positive(int), default=200, help="env steps of the rollout through hdppo (default 200)")
     c.set_defaults(fn=_cmd_check_env)
 

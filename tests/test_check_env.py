@@ -23,6 +23,31 @@ def test_check_env_cli_loads_a_config_file(capsys):
     assert "OK" in capsys.readouterr().out
 
 
+def test_check_env_of_a_config_builds_and_plays_its_hierarchy(capsys, tmp_path):
+    """check-env CONFIG checked the env section alone: a bottom layer naming an agent the env lacks,
+    or a reward reading info keys the env never writes, passed and failed only in training."""
+    from hdppo.platform.cli import main
+
+    assert main(["check-env", str(ROOT / "configs" / "corridor_hierarchy.yaml"), "--steps", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "hierarchy of corridor_hierarchy: 2 layer(s) over the env, 20 steps of" in out, out
+    assert re.search(r"strategy \(train\): 1 lane\(s\), acts every 4 env step\(s\), input \d+, commands "
+                     r"Discrete\(2\), \d+ decisions recorded", out), out
+    cfg = yaml.safe_load((ROOT / "configs" / "corridor_hierarchy.yaml").read_text())
+    cfg["layers"][-1]["agents"] = ["walker_9"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["check-env", str(path), "--steps", "20"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'walker_9' is not an agent of env" in err and "agents" in err, err
+    cfg["layers"][-1]["agents"] = "all"
+    cfg["layers"][-1]["reward"]["intrinsic_fn"] = "skirmish_follow_order"   # reads skirmish's info keys
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["check-env", str(path), "--steps", "20"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "skirmish_follow_order" in err, err
+
+
 def test_check_env_names_what_is_broken():
     with pytest.raises(EnvError, match=r"is not in its observation_space .*: shape \(3,\), the space's is \(1,\)"):
         check_target("scripted_envs:countdown_wrong_shape", steps=10)
