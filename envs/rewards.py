@@ -118,17 +118,24 @@ def is_known_reward(name: str) -> bool:
     return name in _REGISTRY or name in _builtin_modules()
 
 
-def check_reward_fits(reward: RewardFn, field: str, layer_name: str, bottom: bool, command_width: int) -> None:
+def check_reward_fits(reward: RewardFn, field: str, layer_name: str, bottom: bool, command_width: int,
+                      command_type: str = "discrete") -> None:
     """A :class:`ConfigError` naming ``field`` when the named ``reward`` was written for another
     kind of layer or command than layer ``layer_name`` has (its lanes are agents when ``bottom``;
-    ``command_width``: the one-hot command it receives from above, 0 on the top layer)."""
+    ``command_width``: the width of the command it receives from above, 0 on the top layer;
+    ``command_type``: the above layer's ``action.type``, since a Box goal or a multidiscrete
+    command of that width is not the one-hot a ``commands=`` reward reads)."""
     wrong = []
     if reward.layer == "bottom" and not bottom:
         wrong.append("it reads one agent's info per lane, as a bottom layer has, and this is an upper layer "
                      "(its lanes hold several agents)")
     if reward.layer == "upper" and bottom:
         wrong.append("it reads a lane's member agents, as an upper layer has, and this is the bottom layer")
-    if reward.commands is not None and command_width != reward.commands:
+    if reward.commands is not None and command_width and command_type != "discrete":
+        kind = "a box goal of" if command_type == "box" else f"a {command_type} command of"
+        wrong.append(f"it reads a one-hot command of {reward.commands} choices and this layer receives "
+                     f"{kind} {command_width} numbers (the layer above's action.type: {command_type})")
+    elif reward.commands is not None and command_width != reward.commands:
         wrong.append(f"it reads a command of {reward.commands} choices and this layer receives "
                      + (f"{command_width}" if command_width else "none (it is the top layer)"))
     if wrong:

@@ -242,7 +242,8 @@ def _sizes(spec: LayerSpec, specs: list[LayerSpec], probe: VectorMultiAgentEnv, 
         field = reward_field(spec.index, spec.name)
         above = specs[spec.index - 1] if spec.index > 0 else None
         check_reward_fits(resolve(layer.reward.intrinsic_fn, field), field, spec.name, spec.bottom,
-                          above.cfg.action.command_dim() if above is not None else 0)
+                          above.cfg.action.command_dim() if above is not None else 0,
+                          above.cfg.action.type if above is not None else "discrete")
 
 
 def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) -> dict[str, Any] | None:

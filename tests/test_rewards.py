@@ -91,6 +91,11 @@ def test_a_named_reward_on_a_layer_it_was_not_written_for_is_refused_and_a_zero_
     assert main([*base, "--set", "layers.strategy.action.n=3"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "it reads a command of 2 choices and this layer receives 3" in err and not (tmp_path / "r").exists()
+    # A Box goal of that width is not the one-hot it reads (it was accepted: the widths matched).
+    assert main([*base, "--set", "layers.strategy.action={type: box, low: [0, 0], high: [1, 1]}"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("it reads a one-hot command of 2 choices and this layer receives a box goal of 2 numbers" in err
+            and not (tmp_path / "r").exists()), err
     (tmp_path / "zero_reward.py").write_text("def pay_nothing(**_):\n    return 0.0\n")
     assert main([*base, "--set", "layers.control.reward.intrinsic_fn=zero_reward:pay_nothing"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
