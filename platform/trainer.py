@@ -331,9 +331,17 @@ class Trainer:
         n = 1 + sum(1 for _ in self.run_dir.glob("config.before-resume-*.yaml"))
         kept = self.run_dir / f"config.before-resume-{n}.yaml"
         kept.write_text(old_path.read_text())
+        key = "train.total_env_steps"
+        old_total, new_total = before.get(key), after.get(key)
+        budget = ""
+        if old_total != new_total and isinstance(old_total, int) and isinstance(new_total, int) and new_total > 0:
+            # The schedules read progress = env steps / budget: a new budget moves each of them at once.
+            budget = (f" The schedules over the run's budget (a linear lr, the entropy, teacher and bonus anneals) "
+                      f"follow the new total from here: their progress jumps to {old_total / new_total:.0%} of what it "
+                      "was (a linear lr rises again when the total grows).")
         print(f"[hdppo] resuming with a changed config: {'; '.join(changed[:8])}"
               f"{f' (and {len(changed) - 8} more)' if len(changed) > 8 else ''}. The config until now is kept as "
-              f"{kept.name}.", flush=True)
+              f"{kept.name}.{budget}", flush=True)
 
     def _resume_error(self, ckpt: Path, what: str) -> CheckpointError:
         """--resume with a config whose layers differ from the checkpoint's: the command that resumes it."""

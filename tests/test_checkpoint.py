@@ -311,6 +311,7 @@ def test_resume_with_changed_settings_says_what_changed_and_keeps_the_config_it_
                  "--set", "layers.0.ppo.gamma=0.5", "--set", "train.total_env_steps=1024"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "resuming with a changed config: layers[0].ppo.gamma 0.99 -> 0.5; train.total_env_steps 512 -> 1024" in out
+    assert "follow the new total from here: their progress jumps to 50% of what it was" in out, out
     kept = yaml.safe_load((run / "config.before-resume-1.yaml").read_text())
     assert kept["layers"][0]["ppo"]["gamma"] == 0.99
     assert yaml.safe_load((run / "config.yaml").read_text())["layers"][0]["ppo"]["gamma"] == 0.5
