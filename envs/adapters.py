@@ -14,6 +14,28 @@ import numpy as np
 from .errors import EnvError
 
 SINGLE_AGENT = "agent_0"
+# Steps of each PettingZoo parallel env whose agent lifecycle is checked (see check_lifecycle):
+# as many as the array contract's first checks (hdppo.envs.vector.SPACE_CHECK_STEPS).
+LIFECYCLE_CHECK_STEPS = 64
+
+
+def check_lifecycle(name: str, before: list[str], after: list[str], term: dict, trunc: dict) -> None:
+    """An :class:`EnvError` where a PettingZoo parallel env's ``agents`` changed against its
+    flags in one step: an agent flagged terminated or truncated must leave ``env.agents`` on that
+    step (kept, it would go on acting and being paid after its end), and an agent that leaves must
+    be flagged (unflagged, its end would be learned as a terminal state)."""
+    now = set(after)
+    ended = {a for a in before if term.get(a) or trunc.get(a)}
+    stays = [a for a in before if a in ended and a in now]
+    if stays:
+        raise EnvError(f"env {name!r}: agent {stays[0]!r} was flagged terminated or truncated but is still in "
+                       "env.agents after the step, so it would go on acting and being rewarded after its end. Take "
+                       "an agent out of env.agents on the step that ends it (PettingZoo's parallel API).")
+    gone = [a for a in before if a not in now and a not in ended]
+    if gone:
+        raise EnvError(f"env {name!r}: agent {gone[0]!r} left env.agents without being flagged terminated or "
+                       "truncated, so its end would be learned as a terminal state. On the step it leaves, set "
+                       "terminations[agent] (its task ended) or truncations[agent] (cut off: hdppo bootstraps).")
 
 
 class MultiAgentAdapter:
@@ -135,8 +157,14 @@ class ParallelAdapter(MultiAgentAdapter):
         out = self.env.reset(seed=seed)
         return out[0] if isinstance(out, tuple) else out
 
+    _lifecycle_checks = LIFECYCLE_CHECK_STEPS  # the first steps of each adapter (an instance count)
+
     def step(self, actions: dict[str, Any]):
+        before = list(self.env.agents) if self._lifecycle_checks > 0 else None
         obs, rew, term, trunc, infos = self.env.step(actions)
+        if before is not None:
+            self._lifecycle_checks -= 1
+            check_lifecycle(self.name, before, list(self.env.agents), term, trunc)
         return obs, {a: as_reward(r, self.name, a) for a, r in rew.items()}, term, trunc, infos
 
     def state(self) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .adapters import GymnasiumAdapter, adapt, make_multi_agent
 from .vector import (AdapterCopies, GymnasiumCopies, check_action_space, check_contract, check_episodes,
-                     why_outside)
+                     contract_checked, why_outside)
 from .errors import EnvError
 from .loading import call_factory, make_gym_env, resolve_entry_point
 
@@ -143,8 +143,8 @@ def check_target(target: Any, steps: int = 200) -> str:
         masked = isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
         # Through the copies training uses: a masked observation goes through the adapter, which
         # keeps the mask apart from the policy's input (vector.make_vector_env).
-        pool = (AdapterCopies(lambda: GymnasiumAdapter(_make(target)[0], name), 2, name) if masked
-                else GymnasiumCopies(lambda: _make(target)[0], 2, name=name))
+        pool = contract_checked(AdapterCopies(lambda: GymnasiumAdapter(_make(target)[0], name), 2, name) if masked
+                                else GymnasiumCopies(lambda: _make(target)[0], 2, name=name), name)
         now = pool.reset(seed=0)
         space = pool.action_space(pool.agents[0])
         check_action_space(space, name, pool.agents[0])

@@ -618,6 +618,15 @@ class AdapterCopies(VectorMultiAgentEnv):
                            "action_mask, so its policy would see nothing. Put what the agent observes beside the "
                            "mask (under 'observation', or under keys of your own: every key but action_mask is "
                            "the policy's input).")
+        for agent, (_, k) in dims.items():  # a mask of another width than the actions it masks
+            act = first.action_space(agent)
+            want = (int(act.n) if isinstance(act, gym.spaces.Discrete) else int(np.sum(act.nvec))
+                    if isinstance(act, gym.spaces.MultiDiscrete) else None)
+            if k and want is not None and k != want:
+                of = "logits (sum of nvec)" if isinstance(act, gym.spaces.MultiDiscrete) else "actions"
+                raise EnvError(f"env {self.name!r}: the action_mask of {agent!r} has {k} entries but its action "
+                               f"space {act} has {want} {of}; give one mask entry per action (a MultiDiscrete's "
+                               "components side by side).")
         self.obs_dim = max(d for d, _ in dims.values())
         self.mask_dim = max(k for _, k in dims.values())
         self._masked = {a for a, (_, k) in dims.items() if k}
@@ -713,13 +722,13 @@ class AdapterCopies(VectorMultiAgentEnv):
         self._alive[i] = False
         self._acting[i] = False
         live = c.agents
-        live_slots = [self.slot[a] for a in live]
+        live_slots = self._slots(live)
         acting_slots: list[int] = []
         if live:
             self._alive[i, live_slots] = True
             acting = live if self._acting_is_live else c.acting
             if acting:
-                acting_slots = sorted(self.slot[a] for a in acting)
+                acting_slots = sorted(self._slots(acting))
                 self._acting[i, acting_slots] = True
         self._obs[i, ~self._alive[i]] = 0.0
         # What the next step needs without asking the env again: who is alive (and in which
@@ -1161,11 +1170,12 @@ def make_vector_env(env_type: str, env_id: str | None, entry_point: str | None, 
         space = first.observation_space
         first.close()
         if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-            return AdapterCopies(lambda: GymnasiumAdapter(make(), name), num_envs, name)
+            # Checked like a batched env for its first steps: an all-zero mask would go unseen.
+            return contract_checked(AdapterCopies(lambda: GymnasiumAdapter(make(), name), num_envs, name), name)
         return GymnasiumCopies(make, num_envs, name)
     if env_type in ("pettingzoo", "rllib"):
-        return AdapterCopies(lambda: with_opponents(make_multi_agent(env_type, env_id, entry_point, kwargs,
-                                                                     max_episode_steps), opponents), num_envs, name)
+        return contract_checked(AdapterCopies(lambda: with_opponents(make_multi_agent(
+            env_type, env_id, entry_point, kwargs, max_episode_steps), opponents), num_envs, name), name)
     if env_type == "gymnasium_vector":
         same = gym.vector.AutoresetMode.SAME_STEP
         if entry_point is not None:

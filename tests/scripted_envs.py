@@ -96,10 +96,13 @@ class LitSideEnv(_BanditEnv):
 
     metadata = {"name": "lit_side"}
 
-    def __init__(self, size: int = 8, chw: bool = False):
-        self.size, self.chw = size, chw
+    def __init__(self, size: int = 8, chw: bool = False, keyed: bool = False):
+        self.size, self.chw, self.keyed = size, chw, keyed
         shape = (2, size, size) if chw else (size, size, 2)
         self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        if keyed:  # {agent_pos, image}: the image key sorts second, 2 values into the flat input
+            self.observation_space = gym.spaces.Dict({"agent_pos": gym.spaces.Box(0.0, 1.0, (2,), np.float32),
+                                                      "image": self.observation_space})
         self.action_space = gym.spaces.Discrete(2)
         self.t = 0
 
@@ -109,7 +112,10 @@ class LitSideEnv(_BanditEnv):
         r, c = int(self.np_random.integers(self.size)), int(self.np_random.integers(half)) + half * self.side
         img = np.zeros((self.size, self.size, 2), np.uint8)
         img[r, c, 0] = 255
-        return np.ascontiguousarray(img.transpose(2, 0, 1)) if self.chw else img
+        img = np.ascontiguousarray(img.transpose(2, 0, 1)) if self.chw else img
+        if self.keyed:  # a position that says nothing of the side
+            return {"agent_pos": self.np_random.random(2).astype(np.float32), "image": img}
+        return img
 
     def _reward(self, action):
         return float(int(action) == self.side)
@@ -433,15 +439,16 @@ class StrictMaskedEnv(gym.Env):
 
     metadata = {"name": "strict_masked"}
 
-    def __init__(self):
+    def __init__(self, empty_mask_at=None):
         self.observation_space = gym.spaces.Dict({"observation": gym.spaces.Box(-1.0, 10.0, (2,), np.float32),
                                                   "action_mask": gym.spaces.MultiBinary(3)})
         self.action_space = gym.spaces.Discrete(3)
         self.t = 0
+        self.empty_mask_at = empty_mask_at  # at this step no action is legal (a broken env)
 
     def _obs(self):
         mask = np.zeros(3, np.int8)
-        mask[self.t % 3] = 1
+        mask[self.t % 3] = self.t != self.empty_mask_at
         return {"observation": np.array([self.t, -1.0], np.float32), "action_mask": mask}
 
     def reset(self, *, seed=None, options=None):
@@ -455,8 +462,13 @@ class StrictMaskedEnv(gym.Env):
         return self._obs(), 1.0, self.t >= 5, False, {}
 
 
-def strict_masked():
-    return StrictMaskedEnv()
+def strict_masked(**kwargs):
+    return StrictMaskedEnv(**kwargs)
+
+
+def strict_masked_empty():
+    """:class:`StrictMaskedEnv` whose mask allows nothing at step 1 (a broken env)."""
+    return StrictMaskedEnv(empty_mask_at=1)
 
 
 class StrictMaskedMultiEnv(StrictMaskedEnv):
@@ -495,12 +507,16 @@ class KeyedMaskedParallel(ParallelEnv):
 
     metadata = {"name": "keyed_masked", "render_modes": []}
 
-    def __init__(self, keys=("cue", "pos", "action_mask"), dead_mask_at=None):
+    def __init__(self, keys=("cue", "pos", "action_mask"), dead_mask_at=None, broken=""):
         self.dead_mask_at = dead_mask_at   # from this step on, every action is masked out
+        # A contract broken at step 1: "zombie" (a_1 flagged terminated, kept in agents), "vanish"
+        # (a_1 leaves agents unflagged), "intruder" (an agent not in possible_agents appears),
+        # "wide" (a 4-wide mask over Discrete(3)).
+        self.broken = broken
         self.possible_agents = ["a_0", "a_1"]
         self.agents = []
         boxes = {"cue": gym.spaces.Box(0, 10, (1,), np.float32), "pos": gym.spaces.Box(0, 50, (2,), np.float32),
-                 "action_mask": gym.spaces.MultiBinary(3)}
+                 "action_mask": gym.spaces.MultiBinary(4 if broken == "wide" else 3)}
         self._space = gym.spaces.Dict({k: boxes[k] for k in keys})
         self._actions = {a: gym.spaces.Discrete(3) for a in self.possible_agents}
         self.t = 0
@@ -512,9 +528,9 @@ class KeyedMaskedParallel(ParallelEnv):
         return self._actions[agent]
 
     def _obs(self):
+        mask = [0, 0, 0] if self.dead_mask_at is not None and self.t >= self.dead_mask_at else [1, 1, 0]
         full = {"cue": np.array([self.t], np.float32), "pos": np.array([10.0, 20.0], np.float32),
-                "action_mask": np.array([0, 0, 0] if self.dead_mask_at is not None and self.t >= self.dead_mask_at
-                                        else [1, 1, 0], np.int8)}
+                "action_mask": np.array(mask + [1] * (self.broken == "wide"), np.int8)}
         return {a: {k: full[k] for k in self._space.spaces} for a in self.agents}
 
     def reset(self, seed=None, options=None):
@@ -529,6 +545,12 @@ class KeyedMaskedParallel(ParallelEnv):
                {a: {} for a in self.agents})
         if end:
             self.agents = []
+        elif self.t == 1 and self.broken == "zombie":
+            out[2]["a_1"] = True
+        elif self.t == 1 and self.broken == "vanish":
+            self.agents = ["a_0"]
+        elif self.t == 1 and self.broken == "intruder":
+            self.agents = ["a_0", "a_1", "a_9"]   # without an observation: the env lists it only
         return out
 
     def close(self):

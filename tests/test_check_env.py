@@ -1,5 +1,6 @@
 import re
 
+import numpy as np
 import pytest
 import yaml
 
@@ -209,3 +210,30 @@ def test_a_gymnasium_vector_factory_that_ignores_num_envs_is_refused(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(EnvError, match=r"asked for 2 copies, the factory made 4"):
         check_target(EnvConfig(type="gymnasium_vector", entry_point="fixed4:make"))
+
+
+@pytest.mark.parametrize("env_type, kwargs, words", [
+    ("pettingzoo", {"broken": "zombie"}, "'a_1' was flagged terminated or truncated but is still in env.agents"),
+    ("pettingzoo", {"broken": "vanish"}, "'a_1' left env.agents without being flagged terminated or truncated"),
+    ("pettingzoo", {"broken": "intruder"}, "agent 'a_9' appeared that was not among its agents at the first reset"),
+    ("pettingzoo", {"broken": "wide"}, "the action_mask of 'a_0' has 4 entries but its action space Discrete(3) has 3"),
+    ("gymnasium", {"empty_mask_at": 1}, "is acting but its mask allows no action"),
+])
+def test_dict_keyed_envs_breaking_the_contract_stop_training_with_the_fix(env_type, kwargs, words):
+    """Through the dict adapters (PettingZoo, RLlib, a masked Gymnasium env) these trained without a
+    word: an agent ended but kept acting, an agent gone with no flag learned as a terminal state,
+    an all-zero mask sampled an illegal action, a mask of the wrong width crashed in numpy, an
+    unknown agent was a bare KeyError. Training's env stops on each with the fix."""
+    from hdppo.envs.vector import make_vector_env
+
+    entry = "scripted_envs:keyed_masked" if env_type == "pettingzoo" else "scripted_envs:strict_masked"
+    with pytest.raises(EnvError) as info:
+        venv = make_vector_env(env_type, None, entry, kwargs, None, 2)
+        now = venv.reset(seed=0)
+        for _ in range(3):
+            legal = now.masks[..., :3].argmax(-1) if now.masks is not None else np.zeros(now.alive.shape, np.int64)
+            now = venv.step(legal)
+    assert words in str(info.value), info.value
+    if env_type == "gymnasium":   # check-env says so too (it drew action 0, as if legal)
+        with pytest.raises(EnvError, match="is acting but its mask allows no action"):
+            check_target("scripted_envs:strict_masked_empty", steps=10)
