@@ -264,8 +264,21 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
         space = policy_space(space)
     elif isinstance(space, gym.spaces.Dict) and list(space.spaces) == ["observation"]:
         space = space.spaces["observation"]
-    env_image = (spec.bottom and spec.cfg.observation.source == "env" and isinstance(space, gym.spaces.Box)
-                 and len(space.shape) == 3)
+    offset = 0
+    raw = spec.bottom and spec.cfg.observation.source == "env"
+    if raw and isinstance(space, gym.spaces.Dict):
+        # The policy's input is the Dict flattened in its key order: the image is the one rank-3
+        # Box among the keys, wherever it sorts (an 'agent_pos' before an 'image' shifted it).
+        keys = list(space.spaces)
+        images = [k for k in keys if isinstance(space.spaces[k], gym.spaces.Box) and len(space.spaces[k].shape) == 3]
+        if len(images) > 1:
+            raise _layer_error(spec, "policy.encoder", f"encoder {p.encoder!r} reads one image, and this env's "
+                               f"observation holds {len(images)} ({', '.join(images)}); stack them into one "
+                               "rank-3 Box (channels side by side).")
+        if images:
+            offset = sum(int(gym.spaces.flatdim(space.spaces[k])) for k in keys[: keys.index(images[0])])
+            space = space.spaces[images[0]]
+    env_image = raw and isinstance(space, gym.spaces.Box) and len(space.shape) == 3
     if shape is not None and env_image and list(shape) != list(space.shape):
         # Any other shape would cut the env's image into rows that are not its rows.
         raise _layer_error(spec, "policy.image_shape", f"{list(shape)} is not the shape of this env's image "
@@ -282,11 +295,11 @@ def encoder_spec(spec: LayerSpec, probe: VectorMultiAgentEnv, known: list[str]) 
 
     chw, last = image_layout(shape, p.image_layout)
     env_dim = spec.obs_dim - spec.command_in - len(spec.agent_ids)
-    if int(np.prod(chw)) > env_dim:
+    if offset + int(np.prod(chw)) > env_dim:
         raise _layer_error(spec, "policy.image_shape", f"the image {list(shape)} has {int(np.prod(chw))} values, "
                            f"more than the layer's env observation ({env_dim}).")
     cnn = {"kind": "cnn", "chw": chw, "channels_last": last, "channels": list(p.cnn_channels),
-           "features": int(p.cnn_features)}
+           "features": int(p.cnn_features), "offset": offset}
     if p.encoder == "cnn_gru":
         return {"kind": "gru", "gru_hidden": int(p.gru_hidden), "seq_len": int(p.seq_len), "cnn": cnn}
     return cnn

@@ -297,14 +297,16 @@ def _image_op(enc: "ImageEncoder") -> tuple:
         convs.append((k, stride, np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(k * k * w.shape[1], -1)),
                       conv.bias.detach().numpy(), _activation(act)))
     lin = enc.dense.weight.detach().numpy().T                              # [Hf * Wf * C, F], a view
-    return enc.chw, enc.channels_last, enc.pixels, convs, lin, enc.dense.bias.detach().numpy(), _activation(enc.act)
+    return (enc.chw, enc.channels_last, enc.offset, enc.pixels, convs, lin, enc.dense.bias.detach().numpy(),
+            _activation(enc.act))
 
 
 def _image_forward(x: np.ndarray, op: tuple) -> np.ndarray:
     """:meth:`ImageEncoder.forward` in numpy: im2col convs on height-width-channel maps."""
-    (c, h, w), channels_last, pixels, convs, lin, lin_b, act = op
+    (c, h, w), channels_last, off, pixels, convs, lin, lin_b, act = op
     B = x.shape[0]
-    img = x[:, :pixels].reshape(B, h, w, c) if channels_last else x[:, :pixels].reshape(B, c, h, w).transpose(0, 2, 3, 1)
+    img = x[:, off:off + pixels]
+    img = img.reshape(B, h, w, c) if channels_last else img.reshape(B, c, h, w).transpose(0, 2, 3, 1)
     for k, stride, wm, b, conv_act in convs:
         win = np.lib.stride_tricks.sliding_window_view(img, (k, k), axis=(1, 2))[:, ::stride, ::stride]  # [B, H', W', C, k, k]
         ho, wo = win.shape[1], win.shape[2]
@@ -315,7 +317,9 @@ def _image_forward(x: np.ndarray, op: tuple) -> np.ndarray:
     z = img.reshape(B, -1) @ lin
     z += lin_b
     act(z, out=z)
-    return np.concatenate([z, x[:, pixels:]], axis=1) if x.shape[1] > pixels else z
+    if x.shape[1] == pixels:
+        return z
+    return np.concatenate([z, x[:, :off], x[:, off + pixels:]], axis=1)
 
 
 def _relu_(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -334,9 +338,10 @@ def image_layout(shape: Sequence[int], layout: str = "auto") -> tuple[tuple[int,
 
 
 class ImageEncoder(nn.Module):
-    """``x [B, D]`` -> ``[B, features + D - prod(image)]``: the first ``prod(image)`` values of the
-    flat input are an image (flattened in the env's order, HWC or CHW), read by a conv stack;
-    the rest (command one-hot, agent id) passes through beside its features.
+    """``x [B, D]`` -> ``[B, features + D - prod(image)]``: the ``prod(image)`` values from
+    ``offset`` on (0: the first; a Dict observation's image key may sort after others) are an
+    image (flattened in the env's order, HWC or CHW), read by a conv stack; the rest (the Dict's
+    other keys, command one-hot, agent id) passes through beside its features, in its order.
 
     Small images (up to 32 a side: MinAtar's 10x10, MAgent2's 13x13 views) get 3x3 convs of
     stride 1 with no padding, as MinAtar's and MAgent2's baselines use: every stride-2 layer would
@@ -345,10 +350,11 @@ class ImageEncoder(nn.Module):
     """
 
     def __init__(self, chw: tuple[int, int, int], channels_last: bool, channels: Sequence[int] = (16, 32, 32),
-                 features: int = 128, activation: str = "relu"):
+                 features: int = 128, activation: str = "relu", offset: int = 0):
         super().__init__()
         self.chw, self.channels_last = tuple(int(d) for d in chw), bool(channels_last)
         self.pixels = int(np.prod(self.chw))
+        self.offset = int(offset)
         c, h, w = self.chw
         if max(h, w) <= 32:
             kernels = [(3, 1)] * len(channels)
@@ -379,7 +385,8 @@ class ImageEncoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         flat = x.reshape(-1, x.shape[-1])
-        img = flat[:, :self.pixels]
+        off, end = self.offset, self.offset + self.pixels
+        img = flat[:, off:end]
         c, h, w = self.chw
         # Channels-last memory all the way: an HWC image is already laid out so (a permuted view),
         # a CHW one is copied so; oneDNN's convs then write channels-last maps, which flatten in
@@ -397,7 +404,7 @@ class ImageEncoder(nn.Module):
         else:  # an image smaller than one kernel: read as it is
             feats = img.permute(0, 2, 3, 1).reshape(img.shape[0], -1)
         z = self.act(self.dense(feats))
-        out = torch.cat([z, flat[:, self.pixels:]], dim=-1) if flat.shape[-1] > self.pixels else z
+        out = torch.cat([z, flat[:, :off], flat[:, end:]], dim=-1) if flat.shape[-1] > self.pixels else z
         return out.reshape(list(lead) + [out.shape[-1]])  # a list, as TorchScript needs
 
 
@@ -543,8 +550,8 @@ def trunk(inp: int, hidden: Sequence[int], out: int, activation: str, out_gain: 
     if encoder["kind"] != "cnn":
         raise ValueError(f"unknown encoder {encoder['kind']!r}: use 'mlp', 'cnn' or 'set'")
     enc = ImageEncoder(encoder["chw"], encoder["channels_last"], encoder.get("channels", (16, 32, 32)),
-                       encoder.get("features", 128))
-    if inp < enc.pixels:
+                       encoder.get("features", 128), offset=encoder.get("offset", 0))
+    if inp < enc.offset + enc.pixels:
         raise ValueError(f"encoder 'cnn': the image {encoder['chw']} has {enc.pixels} values but the input only {inp}")
     return nn.Sequential(enc, *mlp(enc.out_dim(inp), hidden, out, activation, out_gain))
 
@@ -822,7 +829,7 @@ class RecurrentActorCritic(nn.Module):
             width = obs_dim
             if cnn:
                 enc = ImageEncoder(cnn["chw"], cnn["channels_last"], cnn.get("channels", (16, 32, 32)),
-                                   cnn.get("features", 128))
+                                   cnn.get("features", 128), offset=cnn.get("offset", 0))
                 width = enc.out_dim(obs_dim)
             cell = nn.GRUCell(width, self.gru_hidden)
             for name, p in cell.named_parameters():  # orthogonal weights, zero biases (as the MLPs)

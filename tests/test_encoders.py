@@ -129,6 +129,31 @@ def test_image_shape_is_inferred_from_a_rank_3_box(chw):
     assert specs[0].encoder["chw"] == (2, 8, 8) and specs[0].encoder["channels_last"] is (not chw)
 
 
+def test_the_image_of_a_dict_observation_is_read_where_its_key_sorts():
+    """{agent_pos, image}: the flat input is agent_pos then the image, and the CNN read the first
+    128 values, an image shifted by two with its channels mixed, while training went on."""
+    venv, _, specs = probe_env(_lit_side_config(env_kwargs={"keyed": True}), 0)
+    venv.close()
+    enc = specs[0].encoder
+    assert enc["offset"] == 2 and enc["chw"] == (2, 8, 8) and enc["channels_last"] is True
+    torch.manual_seed(0)
+    first = ImageEncoder((2, 8, 8), True, (4, 4), 16)
+    second = ImageEncoder((2, 8, 8), True, (4, 4), 16, offset=2)
+    second.load_state_dict(first.state_dict())
+    img, pos, cmd = torch.rand(5, 128), torch.rand(5, 2), torch.rand(5, 3)
+    want = first(torch.cat([img, pos, cmd], 1))                  # [z, pos, cmd]
+    got = second(torch.cat([pos, img, cmd], 1))                  # the same: z, then the rest in its order
+    torch.testing.assert_close(got, want)
+    from hdppo.policies.networks import NumpyMLP
+    fast = NumpyMLP.build(torch.nn.Sequential(second))
+    np.testing.assert_allclose(fast(torch.cat([pos, img, cmd], 1).numpy()), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_cnn_learns_from_the_image_key_of_a_dict_observation(tmp_path):
+    summary = Trainer(_lit_side_config(env_kwargs={"keyed": True}), tmp_path / "run", quiet=True).train()
+    assert summary["eval_return_mean"] >= 17  # max 20; random play about 10 (and so it was, reading agent_pos)
+
+
 def test_an_image_shape_other_than_the_envs_image_is_refused():
     # [4, 4, 2] used to be accepted: the first 32 of the 128 values were read as a 4x4 image
     venv, _, specs = probe_env(_lit_side_config(image_shape=[8, 8, 2]), 0)
