@@ -163,7 +163,17 @@ class DPPOGroup:
         self.sync.on_worker_failure(self, i, cause)
         print(f"[hdppo] group {self.name!r}: worker {i} failed ({type(cause).__name__}: "
               f"{str(cause).splitlines()[0] if str(cause) else ''}); replaced, its rollout dropped"
-              + (f" (traceback in {self.failure_log})" if self.failure_log is not None else ""), flush=True)
+              + self._traceback_note(), flush=True)
+
+    def _traceback_note(self) -> str:
+        """Where the replaced worker's traceback is. Before the first update the run dir may yet be
+        removed (a start that fails everywhere leaves none), and the error then names its own file."""
+        if self.failure_log is None:
+            return ""
+        if self._updates == 0:
+            return (f" (traceback in {self.failure_log}; should the run stop before its first update, in the file "
+                    "its error names)")
+        return f" (traceback in {self.failure_log})"
 
     def _current(self, source: Source) -> bool:
         i, gen = source

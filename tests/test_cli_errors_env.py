@@ -333,9 +333,12 @@ def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, cap
         "    def step(self, action):\n"
         "        raise ZeroDivisionError('the simulator divides by zero')\n"
         "def make(**kwargs):\n    return Broken(gym.make('CartPole-v1'))\n")
-    code, err = run(capsys, ["train", CARTPOLE, *TINY, *SMALL, "--working-dir", "mods", "--set",
-                             "env.entry_point=hdppo_t_broken:make", "--set", "env.id=null", "--run-dir", "r"])
-    assert code == 2 and "every worker failed in the same iteration" in err, err
+    code = main(["train", CARTPOLE, *TINY, *SMALL, "--working-dir", "mods", "--set",
+                 "env.entry_point=hdppo_t_broken:make", "--set", "env.id=null", "--run-dir", "r"])
+    out, err = (" ".join(text.split()) for text in capsys.readouterr())
+    assert code == 2 and "every worker failed in the same iteration" in err and "Traceback" not in err, err
+    # The replaced workers' lines named a log in the run dir, which the failed start then removed.
+    assert "replaced" in out and "should the run stop before its first update, in the file its error names" in out, out
     for w in ("ZeroDivisionError: the simulator divides by zero", "'hdppo_t_broken:make'", "hdppo check-env"):
         assert w in err, (w, err)
     # The worker's whole stack (the line in the user's file with its code) is in the file the paragraph
