@@ -42,6 +42,9 @@ from ..policies.gae import decision_gae
 from ..policies.networks import ActorCritic
 from ..policies.normalizers import ObservationNormalizer, RewardScaler
 
+# Ended episodes after which an episode metric the env declares but never reported is pointed out.
+_EPISODE_KEYS_WITHIN = 8
+
 # Layers with a plain MLP critic (no central critic, no conv) whose inputs are at least this wide
 # get their values from the critic beside the actor, in numpy, while the step's inputs are still in cache, instead of in one
 # pass over the rollout at flush_values (battle_v4: 845 values a row, a rollout of 40 MB read back
@@ -294,6 +297,9 @@ class Sampler:
         # Info keys recorded per ended episode (None: the env's own declaration), drained by
         # take_episode_infos() with each rollout.
         self.episode_keys = tuple(getattr(venv, "episode_metrics", ()) if episode_metrics is None else episode_metrics)
+        self._keys_seen: set[str] = set()
+        self._episodes_seen = 0
+        self._keys_warned = False
         self.episode_infos: dict[str, list[float]] = {}
         self.policies, self.obs_norms = policies, obs_norms
         self.tracks = tracks or {}
@@ -623,9 +629,25 @@ class Sampler:
             for _, _, ci in res.episodes:
                 for k, v in episode_info_values(res.infos[ci], self.episode_keys).items():
                     self.episode_infos.setdefault(k, []).append(v)
+                    self._keys_seen.add(k)
+            self._episodes_seen += len(res.episodes)
+            if self._episodes_seen >= _EPISODE_KEYS_WITHIN and not self._keys_warned:
+                self._warn_unreported_keys()
         self.now = res
         self.t += 1
         return res.episodes
+
+    def _warn_unreported_keys(self) -> None:
+        """Once: the declared episode metrics that no episode so far reported (no chart is drawn
+        for them, and nothing else would say why)."""
+        self._keys_warned = True
+        missing = [k for k in self.episode_keys if k not in self._keys_seen]
+        if missing:
+            print(f"[hdppo] env {getattr(self.venv, 'name', '?')!r} declares the episode metric(s) "
+                  f"{', '.join(map(repr, missing))} (metadata['episode_metrics'] or env.episode_metrics), but none of "
+                  f"its first {self._episodes_seen} episodes had a numeric value for them in an agent's info at the "
+                  "last step, so they get no chart. Set them in the infos of the episode's last step, or leave them "
+                  "out of the list.", flush=True)
 
     def _intrinsic(self, p: _Plan, res: VecStep, before: tuple[np.ndarray, np.ndarray | None],
                    open_: np.ndarray) -> np.ndarray:

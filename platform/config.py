@@ -692,6 +692,15 @@ class TrainConfig(_Strict):
     best_mode: Literal["max", "min"] = Field("max", description="Whether a higher (max) or lower (min) "
                                              "train.best_by is better.")
 
+    @field_validator("best_by")
+    @classmethod
+    def _best_by_as_charted(cls, v: str) -> str:
+        # Written as its chart is named (episode/win, eval/episode/win): the metric is the info key.
+        for prefix in ("eval/episode/", "episode/"):
+            if v.startswith(prefix) and len(v) > len(prefix):
+                return v[len(prefix):]
+        return v
+
     @model_validator(mode="after")
     def _eval_every_needs_episodes(self) -> "TrainConfig":
         if self.eval_every and not self.eval_episodes:

@@ -48,3 +48,20 @@ def test_the_config_overrides_the_declaration(tmp_path, keys, expect):
     Trainer(_cfg(episode_metrics=keys), tmp_path / "run", quiet=True).train()
     logged = {k for k in ("score", "reached") if _logged(tmp_path / "run", f"{M.EPISODE_INFO}/{k}")}
     assert logged == expect
+
+
+def test_a_declared_metric_that_no_episode_reports_is_pointed_out_once(tmp_path, capsys):
+    """A metric declared but never set in the last infos got no chart and no word (a typo, or the
+    key set on another step)."""
+    Trainer(_cfg(episode_metrics=["score", "scroe"]), tmp_path / "run", quiet=False).train()
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("declares the episode metric(s) 'scroe'") == 2, out   # once per worker (2 workers)
+    assert "'score'" not in out.split("declares the episode metric(s)")[1].split("so they get no chart")[0]
+    assert _logged(tmp_path / "run", f"{M.EPISODE_INFO}/score") and not _logged(tmp_path / "run", f"{M.EPISODE_INFO}/scroe")
+
+
+def test_best_by_may_be_written_as_its_chart_is_named():
+    """The README says episode/win is usable as train.best_by; it was refused (only 'win' passed)."""
+    for written in ("episode/score", "eval/episode/score", "score"):
+        cfg = validate(tiny_config(train={"eval_every": 1, "eval_episodes": 1, "best_by": written}))
+        assert cfg.train.best_by == "score"
