@@ -135,7 +135,7 @@ def check_target(target: Any, steps: int = 200) -> str:
         except EnvError:
             raise
         except Exception as exc:  # noqa: BLE001 - the checkers raise many kinds; all mean "broken env"
-            why = _why_observation(target) if kind == "gymnasium" and "observation space" in str(exc) else ""
+            why = _why_observation(target, kind) if "observation" in str(exc).lower() else ""
             raise EnvError(f"env {name!r} fails {_checker_name(env, kind)}: {type(exc).__name__}: {exc}{why}") from None
     env, kind, name, _ = _make(target)  # the checker consumed the first copy
     if kind == "gymnasium":
@@ -196,13 +196,20 @@ def _legal_sample(space: gym.Space, mask: np.ndarray, rng: np.random.Generator) 
     return np.asarray(out) if isinstance(space, gym.spaces.MultiDiscrete) else out[0]
 
 
-def _why_observation(target: Any) -> str:
+def _why_observation(target: Any, kind: str = "gymnasium") -> str:
     """What is wrong with a fresh copy's first observation (Gymnasium's checker says only that it
-    is not in the space), as training would say it: the shape, the dtype or a value."""
+    is not in the space, PettingZoo's "Out of bounds observation"), as training would say it: the
+    shape, the dtype or a value (for a multi-agent env, of the first agent whose is wrong)."""
     try:
         env = _make(target)[0]
-        obs, _ = env.reset(seed=0)
-        reason = why_outside(env.observation_space, obs)
+        out = env.reset(seed=0)
+        obs = out[0] if isinstance(out, tuple) else out
+        if kind == "gymnasium":
+            reason = why_outside(env.observation_space, obs)
+        else:  # an AEC env returns nothing from reset: its agents' observations are asked for
+            obs = obs if isinstance(obs, dict) else {a: env.observe(a) for a in env.agents}
+            reason = next((f"agent {a!r}, {r}" for a, o in obs.items()
+                           for r in (why_outside(env.observation_space(a), o),) if r), None)
         env.close()
     except Exception:  # noqa: BLE001 - the checker's own message stands without the detail
         return ""

@@ -511,7 +511,7 @@ class KeyedMaskedParallel(ParallelEnv):
         self.dead_mask_at = dead_mask_at   # from this step on, every action is masked out
         # A contract broken at step 1: "zombie" (a_1 flagged terminated, kept in agents), "vanish"
         # (a_1 leaves agents unflagged), "intruder" (an agent not in possible_agents appears),
-        # "wide" (a 4-wide mask over Discrete(3)).
+        # "wide" (a 4-wide mask over Discrete(3)); "float64" (cue of another dtype, from the reset).
         self.broken = broken
         self.possible_agents = ["a_0", "a_1"]
         self.agents = []
@@ -531,6 +531,8 @@ class KeyedMaskedParallel(ParallelEnv):
         mask = [0, 0, 0] if self.dead_mask_at is not None and self.t >= self.dead_mask_at else [1, 1, 0]
         full = {"cue": np.array([self.t], np.float32), "pos": np.array([10.0, 20.0], np.float32),
                 "action_mask": np.array(mask + [1] * (self.broken == "wide"), np.int8)}
+        if self.broken == "float64":   # a dtype the space does not declare
+            full["cue"] = full["cue"].astype(np.float64)
         return {a: {k: full[k] for k in self._space.spaces} for a in self.agents}
 
     def reset(self, seed=None, options=None):
@@ -570,3 +572,14 @@ def chatty_countdown(**kwargs):
 def keyed_masked_dead(**kwargs):
     """:class:`KeyedMaskedParallel` whose masks allow nothing from step 1 on."""
     return KeyedMaskedParallel(dead_mask_at=1, **kwargs)
+
+
+def keyed_masked_float64(**kwargs):
+    return KeyedMaskedParallel(broken="float64", **kwargs)
+
+
+def keyed_masked_float64_aec(**kwargs):
+    """The same, turn-based (PettingZoo's parallel_to_aec): checked by PettingZoo's api_test."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    return parallel_to_aec(KeyedMaskedParallel(broken="float64", **kwargs))

@@ -237,3 +237,14 @@ def test_dict_keyed_envs_breaking_the_contract_stop_training_with_the_fix(env_ty
     if env_type == "gymnasium":   # check-env says so too (it drew action 0, as if legal)
         with pytest.raises(EnvError, match="is acting but its mask allows no action"):
             check_target("scripted_envs:strict_masked_empty", steps=10)
+
+
+def test_a_pettingzoo_observation_outside_its_space_is_explained():
+    """PettingZoo's checker says only "Out of bounds observation"; the report says which agent,
+    which key and why, as training says it."""
+    with pytest.raises(EnvError, match=r"agent 'a_0' observation at step 0 is not in its space .*\['cue'\]: dtype "
+                                       r"float64, the space's is float32 \(cast it"):
+        check_target("scripted_envs:keyed_masked_float64", steps=10)
+    with pytest.raises(EnvError, match=r"Its first observation: agent 'a_0', \['cue'\]: dtype float64, the space's "
+                                       r"is float32 \(cast it"):
+        check_target("scripted_envs:keyed_masked_float64_aec", steps=10)
