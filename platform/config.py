@@ -180,8 +180,9 @@ class PolicyConfig(_Strict):
         None, description="encoder 'cnn': the image's shape as the env gives it, [H, W, C] or [C, H, W]; "
         "null infers it from the bottom layer's rank-3 Box observation space.")
     image_layout: Literal["auto", "hwc", "chw"] = Field(
-        "auto", description="encoder 'cnn': channel position. 'auto': channels last (HWC) when the last "
-        "dimension is no larger than the first (10x10x4, 13x13x5, 84x84x3), else channels first (3x84x84).")
+        "auto", description="encoder 'cnn': channel position. 'auto': a square image by its square sides "
+        "(10x10x4 and 8x8x12 HWC, 3x84x84 CHW); otherwise channels last (HWC) when the last dimension is no "
+        "larger than the first (210x160x3), else channels first (3x210x160). Set it where neither fits.")
     cnn_channels: list[int] = Field(default_factory=lambda: [16, 32, 32],
                                     description="encoder 'cnn': output channels of each conv layer.")
     cnn_features: int = Field(128, ge=1, description="encoder 'cnn': width of the linear layer after the convs.")

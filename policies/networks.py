@@ -328,12 +328,18 @@ def _relu_(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def image_layout(shape: Sequence[int], layout: str = "auto") -> tuple[tuple[int, int, int], bool]:
     """``((C, H, W), channels_last)`` of an image observation of ``shape``. ``layout`` 'auto'
-    reads a shape as channels last (HWC) when its last size is no larger than its first
-    (10x10x4, 13x13x5, 84x84x3) and as channels first otherwise (3x84x84, 4x10x10)."""
+    reads a square image by its square sides (8x8x12, four stacked RGB frames: HWC; 4x10x10:
+    CHW), and otherwise as channels last (HWC) when the last size is no larger than the first
+    (210x160x3) and as channels first else (3x210x160)."""
     if len(shape) != 3:
         raise ValueError(f"an image observation has three dimensions, got shape {tuple(shape)}")
     a, b, c = (int(d) for d in shape)
-    last = layout == "hwc" or (layout == "auto" and c <= a)
+    if layout == "auto" and a == b != c:
+        last = True
+    elif layout == "auto" and b == c != a:
+        last = False
+    else:
+        last = layout == "hwc" or (layout == "auto" and c <= a)
     return ((c, a, b), True) if last else ((a, b, c), False)
 
 

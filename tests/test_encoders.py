@@ -18,6 +18,9 @@ from hdppo.policies.networks import ActorCritic, ImageEncoder, image_layout
     ((84, 84, 3), (3, 84, 84), True),     # Atari-sized HWC
     ((3, 84, 84), (3, 84, 84), False),    # the same, CHW
     ((4, 10, 10), (4, 10, 10), False),
+    ((8, 8, 12), (12, 8, 8), True),       # four stacked RGB frames: it was read as CHW, 8 channels of 8x12
+    ((210, 160, 3), (3, 210, 160), True),
+    ((3, 210, 160), (3, 210, 160), False),
 ])
 def test_image_layout_is_detected(shape, chw, last):
     assert image_layout(shape) == (chw, last)
