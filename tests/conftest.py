@@ -37,3 +37,26 @@ def tiny_config(**over) -> dict:
         merge = isinstance(value, dict) and key != "env"  # an env is replaced whole (id vs entry_point)
         cfg[key] = {**cfg.get(key, {}), **value} if merge else value
     return cfg
+
+
+def check_copy_draws(make_vector, parallel_env, core: str, fields: tuple[str, ...], scenario: str, seed: int) -> None:
+    """A batched built-in env (skirmish, swarm) draws copy i's layout (``fields`` of its ``core``
+    simulator) from (seed, i) alone: not from the number of copies, nor from when the other copies'
+    episodes end; copy 0 lays out the PettingZoo env's episode with that seed."""
+    import numpy as np
+
+    two, five = make_vector(2, scenario=scenario), make_vector(5, scenario=scenario)
+    two.reset(seed=seed), five.reset(seed=seed)
+    a, b = getattr(two, core), getattr(five, core)
+    for name in fields:
+        assert np.array_equal(getattr(a, name), getattr(b, name)[:2]), name
+    assert not np.array_equal(getattr(a, fields[0])[0], getattr(a, fields[0])[1])
+    b.reset(np.array([1, 3]))     # other copies end their episodes in between
+    b.reset(np.array([0, 3]))
+    a.reset(np.array([0]))
+    for name in fields:
+        assert np.array_equal(getattr(a, name)[0], getattr(b, name)[0]), name
+    env, fresh = parallel_env(scenario=scenario), make_vector(3, scenario=scenario)
+    env.reset(seed=seed), fresh.reset(seed=seed)
+    for name in fields:
+        assert np.array_equal(getattr(getattr(env, core), name)[0], getattr(getattr(fresh, core), name)[0]), name

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
-from conftest import tiny_config
+from conftest import check_copy_draws, tiny_config
 from hdppo.envs.builtin.skirmish import (COMMANDERS, OPPONENTS, SCENARIOS, Battle, make_vector, parallel_env, play,
                                          squad_summary, squad_view, team_summary, team_view)
 from hdppo.envs.builtin.skirmish.core import ATTACK0, MOVE0, NOOP
@@ -1025,19 +1025,4 @@ def test_each_copy_draws_its_own_maps():
     """Copy i's maps depend on the seed and i alone: not on the number of copies, nor on when the
     other copies' games end; copy 0 is the PettingZoo env's game with that seed (so that
     ``hdppo eval --episodes 4`` and ``--episodes 200`` begin with the same games)."""
-    layout = ("x", "y", "ox", "oy", "orad")
-    two, five = make_vector(2, scenario="8v8_mixed"), make_vector(5, scenario="8v8_mixed")
-    two.reset(seed=7), five.reset(seed=7)
-    for name in layout:
-        assert np.array_equal(getattr(two.battle, name), getattr(five.battle, name)[:2]), name
-    assert not np.array_equal(two.battle.x[0], two.battle.x[1])
-    five.battle.reset(np.array([1, 3]))     # other copies end their games in between
-    five.battle.reset(np.array([0, 3]))
-    two.battle.reset(np.array([0]))
-    for name in layout:
-        assert np.array_equal(getattr(two.battle, name)[0], getattr(five.battle, name)[0]), name
-    env = parallel_env(scenario="8v8_mixed")
-    env.reset(seed=7)
-    fresh = make_vector(3, scenario="8v8_mixed")
-    fresh.reset(seed=7)
-    assert np.array_equal(env.battle.x[0], fresh.battle.x[0]) and np.array_equal(env.battle.oy[0], fresh.battle.oy[0])
+    check_copy_draws(make_vector, parallel_env, "battle", ("x", "y", "ox", "oy", "orad"), "8v8_mixed", 7)

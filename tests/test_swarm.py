@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
-from conftest import ROOT
+from conftest import ROOT, check_copy_draws
 from hdppo.envs.builtin.swarm import SCENARIOS, Scenario, Swarm, SwarmEnv, follow_command, make_vector, parallel_env
 from hdppo.envs.builtin.swarm.core import GRAVITY, Physics
 from hdppo.envs.errors import EnvError
@@ -450,18 +450,4 @@ def test_dagger_benchmark_imitates_the_pilot_and_tables_each_variant(tmp_path):
 def test_each_copy_draws_its_own_field():
     """Copy i's goals, starts and obstacles depend on the seed and i alone, not on the number of
     copies or on when the other copies' episodes end; copy 0 is the PettingZoo env's episode."""
-    layout = ("pos", "region", "oc", "orad", "ovel")
-    two, five = make_vector(2, scenario="8_medium"), make_vector(5, scenario="8_medium")
-    two.reset(seed=3), five.reset(seed=3)
-    for name in layout:
-        assert np.array_equal(getattr(two.swarm, name), getattr(five.swarm, name)[:2]), name
-    five.swarm.reset(np.array([1, 4]))
-    five.swarm.reset(np.array([0, 1]))
-    two.swarm.reset(np.array([0]))
-    for name in layout:
-        assert np.array_equal(getattr(two.swarm, name)[0], getattr(five.swarm, name)[0]), name
-    env = parallel_env(scenario="8_medium")
-    env.reset(seed=3)
-    fresh = make_vector(4, scenario="8_medium")
-    fresh.reset(seed=3)
-    assert np.array_equal(env.swarm.pos[0], fresh.swarm.pos[0]) and np.array_equal(env.swarm.oc[0], fresh.swarm.oc[0])
+    check_copy_draws(make_vector, parallel_env, "swarm", ("pos", "region", "oc", "orad", "ovel"), "8_medium", 3)
