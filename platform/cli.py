@@ -555,8 +555,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _saved_stack(exc: HdppoError) -> str:
-    """Every worker failed: the last one's whole stack, saved to a file the paragraph names (a run
-    that fails at its start leaves no run dir to keep it in, and the console gets one paragraph)."""
+    """Every worker failed, or the evaluation's env raised: the (last) whole stack, saved to a file
+    the paragraph names (a run that fails at its start leaves no run dir to keep it in, and the
+    console gets one paragraph)."""
     import tempfile
 
     stack = getattr(exc, "worker_traceback", None)
@@ -568,7 +569,7 @@ def _saved_stack(exc: HdppoError) -> str:
             f.write(stack)
     except OSError:
         return ""
-    return f" The worker's whole traceback: {path}"
+    return f" The whole traceback: {path}"
 
 
 def _cause(exc: HdppoError) -> HdppoError:

@@ -30,7 +30,7 @@ from .checkpoint import (best_info, latest_checkpoint, layout_mismatch, learner_
 from .config import Config, dump_config, load_config, validate
 from .devices import devices_seen
 from .elastic import scale_request_pending, take_scale_request
-from .errors import CheckpointError, ConfigError, HdppoError
+from .errors import CheckpointError, ConfigError, EnvError, HdppoError
 from .evaluation import SELECTION_SEED_OFFSET, evaluate, evaluate_with_metrics
 from .group import DPPOGroup
 from .interrupts import Interrupted, SignalHandlers, StopRequest, signal_name
@@ -452,14 +452,33 @@ class Trainer:
         if self.backend.name == "ray":
             self._snapshot = {g.name: g.snapshot_calls() for g in self.groups}
 
+    def _evaluation_error(self, exc: BaseException, which: str, after: str) -> HdppoError:
+        """The env (or a user function) raising in an evaluation, which steps it in this process: one
+        paragraph naming it and its line, the whole stack for the CLI to save (it was a raw traceback,
+        exit 1). An error of hdppo's own passes as it is."""
+        if isinstance(exc, HdppoError):
+            return exc
+        from ..envs.errors import traceback_text, where_raised
+
+        at = where_raised(exc)
+        env = self.cfg.env.id or self.cfg.env.entry_point
+        err = EnvError(f"{which}: env {env!r} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                       f"{f' (at {at})' if at else ''}. The evaluation steps its own copies of the env with the "
+                       f"evaluation seeds, in the driver; `hdppo check-env` steps the env alone.{after}")
+        err.worker_traceback = traceback_text(exc)  # type: ignore[attr-defined]  # the CLI saves it to a file
+        return err
+
     def periodic_eval(self, update: int, step: int) -> float:
         """``train.eval_every``: deterministic episodes on the same env seeds each time (not the
         default evaluation's: SELECTION_SEED_OFFSET) with the current weights, logged as ``eval/*`` on every layer; the best so far (by
         ``train.best_by``) is kept as ``checkpoints/best.pt``. Returns this evaluation's score."""
         t = self.cfg.train
         state = self.state()
-        returns, episode = evaluate_with_metrics(self.cfg, learner_states(state), t.eval_episodes,
-                                                 seed=t.seed + SELECTION_SEED_OFFSET)
+        try:
+            returns, episode = evaluate_with_metrics(self.cfg, learner_states(state), t.eval_episodes,
+                                                     seed=t.seed + SELECTION_SEED_OFFSET)
+        except Exception as exc:  # noqa: BLE001 - the env broke in the driver's evaluation: say so in one paragraph
+            raise self._evaluation_error(exc, "the periodic evaluation (train.eval_every)", "") from exc
         score = float(np.mean(returns)) if t.best_by == "return" else episode.get(t.best_by)
         if score is None:
             raise ConfigError(f"train.best_by: no evaluation episode reported {t.best_by!r} in its last infos "
@@ -602,7 +621,7 @@ class Trainer:
             return self._train()
         except BaseException as exc:
             self._cleanup_failed_start()
-            if isinstance(exc, HdppoError) and self.phase != "setup" and self.run_dir.is_dir():
+            if isinstance(exc, HdppoError) and self.phase not in ("setup", "evaluation") and self.run_dir.is_dir():
                 # A run that fails after a checkpoint keeps it: the CLI says so, with the resume command.
                 # (Not a run refused at its start, a config or a resume mismatch: the command that
                 # would continue it is the one that just failed.)
@@ -716,7 +735,15 @@ class Trainer:
                 "checkpoint": str(path), "abandoned": abandoned, "stop_timeout_s": self.cfg.train.stop_timeout_s}}
         self.stop.interruptible, self.phase = True, "evaluation"  # the run is saved: a signal now just ends it
         if self.cfg.train.eval_episodes > 0:
-            returns = evaluate(self.cfg, learner_states(self.state()), self.cfg.train.eval_episodes)
+            try:
+                returns = evaluate(self.cfg, learner_states(self.state()), self.cfg.train.eval_episodes)
+            except Exception as exc:  # noqa: BLE001 - training is done and saved; its summary is kept
+                summary["final_evaluation_error"] = f"{type(exc).__name__}: {exc}"
+                self.metrics.close()
+                (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+                raise self._evaluation_error(
+                    exc, "the final evaluation", f" Training had finished and is kept in {self.run_dir} (summary.json "
+                    f"without the evaluation); once that is fixed, evaluate it with: hdppo eval {self.run_dir}") from exc
             ev = {M.EVAL_RETURN_MEAN: float(np.mean(returns)), M.EVAL_RETURN_STD: float(np.std(returns))}
             for layer in self.cfg.layers:
                 self.metrics.scalars(layer.name, steps, ev)

@@ -3,6 +3,7 @@ thing and the fix, a non-zero exit code, never a traceback."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -323,6 +324,42 @@ def test_a_view_that_changes_size_is_named_with_both_sizes(scratch, capsys):
     sys.modules.pop("hdppo_t_grow", None)
 
 
+@pytest.mark.parametrize("which", ["periodic", "final"])
+def test_an_env_that_raises_in_the_evaluation_stops_with_one_paragraph(scratch, capsys, which):
+    """The evaluation steps the env in the driver: an env raising there ended the run with a raw
+    traceback (exit 1), the final evaluation without summary.json. Now one paragraph with the
+    line, the stack in a file; a finished training keeps its summary and is evaluated later."""
+    scratch_module(scratch, "hdppo_t_evalcrash",
+        "import gymnasium as gym\n"
+        "class OnEvalSeeds(gym.Wrapper):\n"
+        "    def reset(self, seed=None, options=None):\n"
+        "        self.evaluating = seed is not None and seed >= 400_000   # the evaluation's seeds\n"
+        "        return self.env.reset(seed=seed, options=options)\n"
+        "    def step(self, action):\n"
+        "        if self.evaluating:\n"
+        "            raise ValueError('no evaluation map')\n"
+        "        return self.env.step(action)\n"
+        "def make(**kwargs):\n    return OnEvalSeeds(gym.make('CartPole-v1'))\n")
+    extra = (["--set", "train.eval_every=2", "--set", "train.eval_episodes=1", "--set", "train.checkpoint_every=1"]
+             if which == "periodic"
+             else ["--set", "train.eval_episodes=1"])
+    code = main(["train", CARTPOLE, *TINY, *SMALL, *extra, "--working-dir", "mods", "--set",
+                 "env.entry_point=hdppo_t_evalcrash:make", "--set", "env.id=null", "--run-dir", "r"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "Traceback" not in err, err
+    label = "the periodic evaluation (train.eval_every)" if which == "periodic" else "the final evaluation"
+    for w in (f"{label}: env 'hdppo_t_evalcrash:make' raised ValueError: no evaluation map",
+              "hdppo_t_evalcrash.py, line 8, in step", "hdppo check-env"):
+        assert w in err, (w, err)
+    Path(err.split("The whole traceback: ")[1].split()[0]).unlink()
+    if which == "final":
+        summary = json.loads((scratch / "r" / "summary.json").read_text())
+        assert summary["env_steps"] >= 512 and "ValueError" in summary["final_evaluation_error"]
+        assert "evaluate it with: hdppo eval" in err and "--resume" not in err
+    else:
+        assert "continue it with:" in err and "--resume" in err
+
+
 def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, capsys):
     """Every worker failing in the same iteration is an env bug, not a crashed simulator: an error
     naming the env and the last failure, exit 2, no traceback on the console: the worker's whole
@@ -343,7 +380,7 @@ def test_an_env_that_fails_on_every_worker_stops_with_one_paragraph(scratch, cap
         assert w in err, (w, err)
     # The worker's whole stack (the line in the user's file with its code) is in the file the paragraph
     # names; the failed start left no run dir for the log it wrote.
-    path = Path(err.split("The worker's whole traceback: ")[1].split()[0])
+    path = Path(err.split("The whole traceback: ")[1].split()[0])
     stack = path.read_text()
     path.unlink()
     assert "Traceback (most recent call last)" in stack and "hdppo_t_broken.py" in stack, stack
