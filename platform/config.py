@@ -362,6 +362,39 @@ class DPPOConfig(_Strict):
         return self.refresh_every if sync_mode_class(self.sync).refresh_in_rollout else 0
 
 
+def _check_dppo_settings(d: "DPPOConfig", where: str) -> None:
+    """Checks across one layer's dppo fields, once its group's settings are in it (a group's
+    section is validated field by field, with the defaults of the rest, so they cannot run there)."""
+    # A sync mode's own settings set under another mode would be ignored in silence (only values
+    # other than the default: a run's saved config.yaml states every field).
+    mode = sync_mode_class(d.sync)
+    owned = {"chunks_per_worker": mode.streaming, "chunks_in_flight": mode.streaming,
+             "refresh_every": mode.refresh_in_rollout}
+    unused = sorted(k for k, applies in owned.items()
+                    if not applies and getattr(d, k) != type(d).model_fields[k].default)
+    if unused:
+        under = "sync: soft" if unused == ["refresh_every"] else "sync: soft or async"
+        raise ValueError(f"{where}.{unused[0]} applies only under {under}, and this group's sync is {d.sync!r}: "
+                         f"change sync, or remove {', '.join(unused)}")
+    e = d.elastic
+    if e is not None and not e.min_workers <= d.num_workers <= e.max_workers:
+        # It started outside its bounds, and the first decision moved it in, blamed on CPU use.
+        raise ValueError(f"{where}.num_workers {d.num_workers} is outside elastic's bounds [{e.min_workers}, "
+                         f"{e.max_workers}]: start inside them (num_workers is the pool's starting size)")
+    if mode.streaming:
+        # A chunk is whole env steps of the worker's copies: a quota below one step would make every
+        # chunk num_envs_per_worker samples, and an update several times train_batch_size.
+        quota = math.ceil(d.train_batch_size / (d.num_workers * d.chunks_per_worker))
+        if quota < d.num_envs_per_worker:
+            fit = max(1, d.train_batch_size // (d.num_workers * d.num_envs_per_worker))
+            raise ValueError(
+                f"{where}.chunks_per_worker: {d.chunks_per_worker} cuts a worker's share of train_batch_size "
+                f"{d.train_batch_size} into chunks of {quota} samples, less than one step of its "
+                f"{d.num_envs_per_worker} env copies; each chunk would be {d.num_envs_per_worker} samples and an "
+                f"update about {d.num_workers * d.chunks_per_worker * d.num_envs_per_worker}. Set "
+                f"chunks_per_worker to at most {fit}, or raise train_batch_size")
+
+
 # The dppo fields that hold for a whole group (its one pool of workers and the way the group
 # collects and updates); the rest (train_batch_size, max_lag, stale, aggregate, compression, ...)
 # are read per layer, by that layer's learner and recorder.
@@ -945,6 +978,13 @@ class Config(_Strict):
                         f"{show(vb)}); one group has one pool of workers, so this setting is per group. State it "
                         f"once, as groups: [{{layers: [{', '.join(members)}], dppo: {{{key}: ...}}}}], or give "
                         "both layers the same value")
+
+    @model_validator(mode="after")
+    def _dppo_settings(self) -> "Config":
+        for i, layer in enumerate(self.layers):
+            if layer.learns:
+                _check_dppo_settings(layer.dppo, f"layers[{i}] ({layer.name}).dppo")
+        return self
 
     @model_validator(mode="after")
     def _learner_once(self) -> "Config":

@@ -335,3 +335,25 @@ def test_a_boolean_for_a_number_is_refused(override, match):
     with pytest.raises(ConfigError, match=match):
         load_config(str(ROOT / "configs" / "cartpole.yaml"), [override])
     load_config(str(ROOT / "configs" / "cartpole.yaml"), ["layers.0.dppo.pipeline=true"])  # a boolean field takes one
+
+
+@pytest.mark.parametrize("dppo, words", [
+    ({"chunks_in_flight": 9}, "dppo.chunks_in_flight applies only under sync: soft or async, and this group's sync is 'sync'"),
+    ({"sync": "async", "refresh_every": 7}, "dppo.refresh_every applies only under sync: soft, and this group's sync is 'async'"),
+    ({"sync": "soft", "num_workers": 2, "num_envs_per_worker": 4, "train_batch_size": 512, "chunks_per_worker": 200},
+     "chunks_per_worker: 200 cuts a worker's share of train_batch_size 512 into chunks of 2 samples, less than one "
+     "step of its 4 env copies; each chunk would be 4 samples and an update about 1600. Set chunks_per_worker to at most 64"),
+    ({"num_workers": 2, "elastic": {"min_workers": 3, "max_workers": 4}}, "dppo.num_workers 2 is outside elastic's bounds [3, 4]"),
+])
+def test_dppo_settings_that_would_be_ignored_or_overshoot_are_refused(dppo, words):
+    """A sync mode's setting under another mode was ignored in silence; a soft chunk below one step
+    made updates three times train_batch_size (1600 for 512); a pool started outside its elastic bounds."""
+    with pytest.raises(ConfigError) as info:
+        validate(tiny_config(layers=[{"name": "control", "dppo": dppo}]))
+    assert words in " ".join(str(info.value).split()), info.value
+    # What a run saves (every field, defaults included) loads again under any sync mode.
+    from hdppo.platform.config import dump_config
+    import yaml
+    for sync in ("sync", "pipeline", "soft", "async"):
+        cfg = validate(tiny_config(layers=[{"name": "control", "dppo": {"sync": sync}}]))
+        validate(yaml.safe_load(dump_config(cfg)))

@@ -132,10 +132,11 @@ def _train(cfg, run_dir, backend, groups=None):
 
 @pytest.mark.parametrize("sync", ["soft", "async"])
 def test_streaming_modes_learn_within_the_staleness_bound(ray_session, tmp_path, sync):
-    cfg = _cfg(total=40_000 if sync == "soft" else 30_000, sync=sync, max_lag=2, refresh_every=8,
+    cfg = _cfg(total=40_000 if sync == "soft" else 30_000, sync=sync, max_lag=2,
                # async: each update takes what has arrived; whole worker rollouts (256 samples each)
                # keep those updates from being tiny and the learning test from depending on timing.
-               **({"train_batch_size": 512, "chunks_per_worker": 1} if sync == "async" else {}))
+               # (refresh_every is soft's: async has no refresh inside a rollout.)
+               **({"train_batch_size": 512, "chunks_per_worker": 1} if sync == "async" else {"refresh_every": 8}))
     summary, rows = _train(cfg, tmp_path / "run", "ray")
     lags = [r["value"] for r in rows if r["tag"] == M.PERF_MAX_STALENESS]
     assert lags and max(lags) <= 2 and max(lags) >= 1   # samples were collected during updates, never too old
@@ -170,7 +171,8 @@ def test_soft_mode_refreshes_weights_inside_a_rollout(ray_session):
             env={"entry_point": "hdppo.envs.builtin.latency:make", "kwargs": {"step_ms": 3, "max_steps": 50}},
             layers=[{"ppo": {"minibatch_size": 160, "num_epochs": 1},
                      "dppo": {"num_workers": 2, "num_envs_per_worker": 1, "train_batch_size": 320, "sync": sync,
-                              "chunks_per_worker": 1, "refresh_every": refresh_every, "max_lag": 3}}]))
+                              "max_lag": 3, **({"chunks_per_worker": 1, "refresh_every": refresh_every}
+                                               if sync == "soft" else {})}}]))
         b = RayBackend()
         service = b.make(ParameterService, num_cpus=0)
         dims = {"control": {"obs_dim": 4, "action_space": gym.spaces.Discrete(2)}}
