@@ -383,9 +383,12 @@ class DPPOGroup:
         if (n == len(self.workers) < e.max_workers and util < e.low_util and free < each  # type: ignore[union-attr]
                 and not self._told_no_room):
             self._told_no_room = True  # said once: the pool would grow, but no worker fits
+            fix = (f"Lower dppo.worker_cpus below {free:g}" if free > 0 else
+                   "No CPU is free (the learner and the other groups hold the rest): free one, or start with more "
+                   "workers of smaller dppo.worker_cpus")
             print(f"[hdppo] group {self.name!r}: CPU utilization {util:.0%} is below elastic.low_util, but the pool "
-                  f"cannot grow past {n} workers: each declares {each:g} CPUs and {free:g} are free. Set "
-                  "dppo.worker_cpus (e.g. 0.5) so that another worker fits.", flush=True)
+                  f"cannot grow past {n} workers: each declares {each:g} CPUs and {free:g} are free. {fix} so that "
+                  "another worker fits.", flush=True)
         if n != len(self.workers):
             print(f"[hdppo] group {self.name!r}: CPU utilization {util:.0%} -> {n} workers (was {len(self.workers)})",
                   flush=True)

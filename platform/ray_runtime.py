@@ -43,7 +43,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, working_di
                 print(f"[hdppo] ray.working_dir {working_dir}: not shipped to the nodes, over "
                       f"{LARGE_FILE_BYTES // 2**20} MiB: {', '.join(large)}", file=sys.stderr)
         _join(address, kwargs, working_dir)
-        return float(ray.cluster_resources().get("CPU", 1))
+        cpus = float(ray.cluster_resources().get("CPU", 1))
+        # 'auto' joins whatever Ray runs on this machine (another user's ray.init() included): say which.
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        print(f"[hdppo] joined the Ray cluster at {ray.get_runtime_context().gcs_address} (--address {address}): "
+              f"{nodes} node(s), {cpus:g} CPUs", file=sys.stderr, flush=True)
+        return cpus
     kwargs["address"] = "local"
     kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
     # A user's env module next to their config ('my_envs:make') must import in the workers

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -289,6 +290,9 @@ def test_training_by_host_port_ships_the_working_dir_to_both_nodes(cluster, tmp_
     assert proc.returncode == 0, f"{out}\n{err}"
     assert "InvalidAuthToken" not in err
     assert "not shipped to the nodes, over 16 MiB: big.bin" in err
+    # Which cluster it joined, said once (an 'auto' may join whatever Ray runs on the machine).
+    assert re.search(rf"joined the Ray cluster at \S+ \(--address {re.escape(cluster.address)}\): 2 node\(s\), 4 CPUs",
+                     err), err
     rows = [json.loads(x) for x in log.read_text().splitlines()]
     workers = [r for r in rows if r["pid"] != proc.pid]
     driver = [r for r in rows if r["pid"] == proc.pid]

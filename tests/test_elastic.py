@@ -245,4 +245,4 @@ def test_a_pool_that_wants_to_grow_but_has_no_room_says_why_once(tmp_path, monke
         trainer.shutdown()
     out = " ".join(capsys.readouterr().out.split())
     assert out.count("is below elastic.low_util, but the pool cannot grow past 1 workers") == 1
-    assert "Set dppo.worker_cpus" in out
+    assert "No CPU is free (the learner and the other groups hold the rest)" in out and "(e.g. 0.5)" not in out
