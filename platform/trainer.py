@@ -739,8 +739,7 @@ class Trainer:
                 returns = evaluate(self.cfg, learner_states(self.state()), self.cfg.train.eval_episodes)
             except Exception as exc:  # noqa: BLE001 - training is done and saved; its summary is kept
                 summary["final_evaluation_error"] = f"{type(exc).__name__}: {exc}"
-                self.metrics.close()
-                (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+                self._finish(summary, t_call)
                 raise self._evaluation_error(
                     exc, "the final evaluation", f" Training had finished and is kept in {self.run_dir} (summary.json "
                     f"without the evaluation); once that is fixed, evaluate it with: hdppo eval {self.run_dir}") from exc
@@ -748,6 +747,10 @@ class Trainer:
             for layer in self.cfg.layers:
                 self.metrics.scalars(layer.name, steps, ev)
             summary |= {"eval_return_mean": ev[M.EVAL_RETURN_MEAN], "eval_return_std": ev[M.EVAL_RETURN_STD]}
+        return self._finish(summary, t_call)
+
+    def _finish(self, summary: dict[str, Any], t_call: float) -> dict[str, Any]:
+        """Close the logs and write ``summary.json`` (also when the final evaluation failed)."""
         # wall_s is the training loop of this call; total_s adds the start (Ray, the env probe,
         # a resume's checkpoint) and the final evaluation, what the user waited for.
         summary["total_s"] = time.time() - t_call

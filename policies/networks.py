@@ -319,7 +319,8 @@ def _image_forward(x: np.ndarray, op: tuple) -> np.ndarray:
     act(z, out=z)
     if x.shape[1] == pixels:
         return z
-    return np.concatenate([z, x[:, :off], x[:, off + pixels:]], axis=1)
+    rest = [x[:, off + pixels:]] if off == 0 else [x[:, :off], x[:, off + pixels:]]
+    return np.concatenate([z, *rest], axis=1)
 
 
 def _relu_(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -410,7 +411,12 @@ class ImageEncoder(nn.Module):
         else:  # an image smaller than one kernel: read as it is
             feats = img.permute(0, 2, 3, 1).reshape(img.shape[0], -1)
         z = self.act(self.dense(feats))
-        out = torch.cat([z, flat[:, :off], flat[:, end:]], dim=-1) if flat.shape[-1] > self.pixels else z
+        if flat.shape[-1] == self.pixels:
+            out = z
+        elif off == 0:  # the common case: no empty slice to join on every forward pass
+            out = torch.cat([z, flat[:, end:]], dim=-1)
+        else:
+            out = torch.cat([z, flat[:, :off], flat[:, end:]], dim=-1)
         return out.reshape(list(lead) + [out.shape[-1]])  # a list, as TorchScript needs
 
 
